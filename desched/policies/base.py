@@ -1,0 +1,224 @@
+"""The policy contract, shared by the simulator and the live service.
+
+A policy only ranks. The caller owns time (every method takes ``now``), the task table and
+the workers; the policy keeps whatever index it needs over the tasks it was given with
+``push`` and hands back one of them on ``pop``. Completion records reach it through
+``complete``. ``score`` and ``parts`` describe the last decision for the decision log.
+
+Every fast policy names its naive twin in ``naive``: a ``NaivePolicy`` that rescans the whole
+queue on every pop and must give the identical decision sequence.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from desched.trace import TaskTable
+
+
+class PolicyParams(BaseModel):
+    """Parameters of a policy; a policy without parameters uses this empty model."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Policy(ABC):
+    """Ranks the queued tasks and hands one over per poll.
+
+    Contract: ``pop`` is called only when ``len(self) > 0``; it removes and returns the
+    position of the winner and sets ``score`` and ``parts`` (values of ``components``).
+    ``now`` never decreases between calls.
+    """
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    Params: ClassVar[type[PolicyParams]] = PolicyParams
+    components: ClassVar[tuple[str, ...]] = ()
+    reads: ClassVar[frozenset[str]] = frozenset()
+    naive: ClassVar[type[Policy]]
+
+    def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
+        self.tasks = tasks
+        self.params = params if params is not None else self.Params()
+        self.score = math.nan
+        self.parts: tuple[float, ...] = ()
+
+    @abstractmethod
+    def push(self, i: int, now: float) -> None:
+        """Task ``i`` joins the queue at ``now``."""
+
+    @abstractmethod
+    def pop(self, now: float) -> int:
+        """Remove and return the winner at ``now``."""
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Number of queued tasks."""
+
+    def complete(self, i: int, now: float, duration_s: float) -> None:  # noqa: B027
+        """The completion record of task ``i`` (its real ``duration_s``) arrives at ``now``."""
+
+
+class NaivePolicy(Policy):
+    """Reference implementation: a plain list, rescanned on every pop.
+
+    Subclasses implement ``prepare`` (whole-queue quantities for this decision, computed by
+    scanning), ``key`` (a total order, larger wins) and ``explain`` (score and parts).
+    """
+
+    def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
+        super().__init__(tasks, params)
+        self.queue: list[int] = []
+
+    def push(self, i: int, now: float) -> None:
+        self.queue.append(i)
+
+    def __len__(self) -> int:
+        return len(self.queue)
+
+    def prepare(self, now: float) -> None:  # noqa: B027
+        """Compute per-decision quantities by scanning ``self.queue``."""
+
+    @abstractmethod
+    def key(self, i: int, now: float) -> tuple[float, ...]:
+        """Ranking key of queued task ``i``; the maximum wins and keys never tie."""
+
+    @abstractmethod
+    def explain(self, i: int, now: float) -> tuple[float, tuple[float, ...]]:
+        """Score and parts of the winner ``i``."""
+
+    def taken(self, i: int, now: float) -> None:  # noqa: B027
+        """Hook after ``i`` left the queue (stateful policies charge here)."""
+
+    def pop(self, now: float) -> int:
+        self.prepare(now)
+        best = max(self.queue, key=lambda i: self.key(i, now))
+        self.score, self.parts = self.explain(best, now)
+        self.queue.remove(best)
+        self.taken(best, now)
+        return best
+
+    def backlog_of(self) -> dict[int, int]:
+        """Queued tasks per tenant code, by a full scan."""
+        counts: dict[int, int] = {}
+        tenant = self.tasks.tenant
+        for i in self.queue:
+            counts[tenant[i]] = counts.get(tenant[i], 0) + 1
+        return counts
+
+
+TaskKey = Callable[[int], tuple[Any, ...]]
+
+
+class TenantQueues:
+    """Per-tenant heaps of queued tasks plus a dense array view of the backlogged tenants.
+
+    Each tenant's heap is ordered by ``task_key(i) + (i,)``, so its head is the task that
+    tenant would serve next. The first ``n`` entries of the arrays ``tenant``, ``backlog``,
+    ``head_submit``, ``head_pos`` and ``head_pred`` describe the backlogged tenants in no
+    particular order; fast policies compute on them with numpy. Cost: O(log m) per push and
+    pop for a tenant with m queued tasks; O(1) to (de)activate a tenant (swap with the last).
+    """
+
+    def __init__(self, tasks: TaskTable, task_key: TaskKey) -> None:
+        self.tasks = tasks
+        self.task_key = task_key
+        self.heaps: dict[int, list[tuple[Any, ...]]] = {}
+        self.slot_of: dict[int, int] = {}
+        self.n = 0
+        self.size = 0
+        cap = max(16, len(tasks.tenant_names))
+        self.tenant = np.zeros(cap, dtype=np.int64)
+        self.backlog = np.zeros(cap, dtype=np.float64)
+        self.head_submit = np.zeros(cap, dtype=np.float64)
+        self.head_pos = np.zeros(cap, dtype=np.int64)
+        self.head_pred = np.zeros(cap, dtype=np.float64)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def _grow(self) -> None:
+        cap = 2 * len(self.tenant)
+        for name in ("tenant", "backlog", "head_submit", "head_pos", "head_pred"):
+            old = getattr(self, name)
+            new = np.zeros(cap, dtype=old.dtype)
+            new[: len(old)] = old
+            setattr(self, name, new)
+
+    def _set_head(self, slot: int, heap: list[tuple[Any, ...]]) -> None:
+        i = heap[0][-1]
+        self.head_submit[slot] = self.tasks.submit_s[i]
+        self.head_pos[slot] = i
+        self.head_pred[slot] = self.tasks.predicted_s[i]
+
+    def push(self, i: int) -> int:
+        """Queue task ``i``; returns its tenant's slot in the arrays."""
+        k = self.tasks.tenant[i]
+        entry = (*self.task_key(i), i)
+        slot = self.slot_of.get(k)
+        if slot is None:
+            if self.n == len(self.tenant):
+                self._grow()
+            slot = self.n
+            self.n += 1
+            self.slot_of[k] = slot
+            self.tenant[slot] = k
+            self.backlog[slot] = 0.0
+            heap = self.heaps[k] = [entry]
+            self._set_head(slot, heap)
+        else:
+            heap = self.heaps[k]
+            heapq.heappush(heap, entry)
+            if heap[0] is entry:
+                self._set_head(slot, heap)
+        self.backlog[slot] += 1.0
+        self.size += 1
+        return slot
+
+    def pop_tenant(self, k: int) -> int:
+        """Remove and return the head task of backlogged tenant ``k``."""
+        heap = self.heaps[k]
+        i: int = heapq.heappop(heap)[-1]
+        slot = self.slot_of[k]
+        self.size -= 1
+        if heap:
+            self.backlog[slot] -= 1.0
+            self._set_head(slot, heap)
+            return i
+        del self.heaps[k]
+        del self.slot_of[k]
+        last = self.n - 1
+        if slot != last:
+            moved = int(self.tenant[last])
+            self.slot_of[moved] = slot
+            for arr in (self.tenant, self.backlog, self.head_submit, self.head_pos, self.head_pred):
+                arr[slot] = arr[last]
+        self.n = last
+        return i
+
+    def is_backlogged(self, k: int) -> bool:
+        return k in self.slot_of
+
+    def head(self, k: int) -> int:
+        """Position of the task tenant ``k`` would serve next."""
+        return int(self.heaps[k][0][-1])
+
+    def tenant_backlog(self, k: int) -> int:
+        heap = self.heaps.get(k)
+        return len(heap) if heap else 0
+
+
+def pick_slot(score: np.ndarray, head_submit: np.ndarray, head_pos: np.ndarray) -> int:
+    """Slot with the highest score; ties go to the earlier head submit, then position."""
+    best = score.max()
+    cands = np.flatnonzero(score == best)
+    if len(cands) == 1:
+        return int(cands[0])
+    return int(min(cands, key=lambda j: (head_submit[j], head_pos[j])))

@@ -1,0 +1,94 @@
+"""``ifs-memoryless``: today's scorer, ``w_backlog * norm_backlog + w_wait * norm_wait``."""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import Field
+
+from desched.policies.base import NaivePolicy, Policy, PolicyParams, TenantQueues, pick_slot
+from desched.trace import TaskTable
+
+
+class IfsParams(PolicyParams):
+    w_backlog: float = Field(0.1, ge=0, description="weight of the normalised tenant backlog")
+    w_wait: float = Field(0.9, ge=0, description="weight of the normalised wait")
+
+
+def norm(x: float, x_max: float) -> float:
+    """``x / x_max``, and 0 where the maximum is 0 (DESIGN.md)."""
+    return x / x_max if x_max > 0 else 0.0
+
+
+class IfsMemorylessNaive(NaivePolicy):
+    """Reference: scores every queued task from scratch, exactly as DESIGN.md reads it."""
+
+    name = "ifs-memoryless"
+    summary = "0.1 * normalised tenant backlog + 0.9 * normalised wait, recomputed every poll"
+    Params = IfsParams
+    components = ("norm_backlog", "norm_wait")
+    params: IfsParams
+
+    def prepare(self, now: float) -> None:
+        self.backlog = self.backlog_of()
+        self.max_backlog = float(max(self.backlog.values()))
+        self.max_wait = max(now - self.tasks.submit_s[i] for i in self.queue)
+
+    def parts_of(self, i: int, now: float) -> tuple[float, float]:
+        nb = norm(self.backlog[self.tasks.tenant[i]], self.max_backlog)
+        nw = norm(now - self.tasks.submit_s[i], self.max_wait)
+        return nb, nw
+
+    def key(self, i: int, now: float) -> tuple[float, ...]:
+        nb, nw = self.parts_of(i, now)
+        return (self.params.w_backlog * nb + self.params.w_wait * nw, -self.tasks.submit_s[i], -i)
+
+    def explain(self, i: int, now: float) -> tuple[float, tuple[float, ...]]:
+        nb, nw = self.parts_of(i, now)
+        return self.params.w_backlog * nb + self.params.w_wait * nw, (nb, nw)
+
+
+class IfsMemoryless(Policy):
+    """The baseline scorer of the Document Enrichment Service (DESIGN.md).
+
+    Rule: ``score = w_backlog * backlog_k / max backlog + w_wait * wait_i / max wait``, maxima
+    over all queued tasks, highest wins, ties to the earlier ``submit_s`` then position.
+    State: none that outlives a decision. Cost: within a tenant every task shares the backlog
+    term and the oldest task has the largest wait term, so only each backlogged tenant's
+    oldest task can win: a decision is O(K) vectorised work over the K backlogged tenants
+    plus O(log m) for the heap, never a scan of the queued tasks.
+    """
+
+    name = "ifs-memoryless"
+    summary = IfsMemorylessNaive.summary
+    Params = IfsParams
+    components = IfsMemorylessNaive.components
+    naive = IfsMemorylessNaive
+    params: IfsParams
+
+    def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
+        super().__init__(tasks, params)
+        s = tasks.submit_s
+        self.queues = TenantQueues(tasks, lambda i: (s[i],))
+
+    def __len__(self) -> int:
+        return len(self.queues)
+
+    def push(self, i: int, now: float) -> None:
+        self.queues.push(i)
+
+    def pop(self, now: float) -> int:
+        q = self.queues
+        n = q.n
+        backlog = q.backlog[:n]
+        head_submit = q.head_submit[:n]
+        norm_backlog = backlog / backlog.max()
+        max_wait = now - head_submit.min()
+        if max_wait > 0:
+            norm_wait = (now - head_submit) / max_wait
+        else:
+            norm_wait = np.zeros(n)
+        score = self.params.w_backlog * norm_backlog + self.params.w_wait * norm_wait
+        slot = pick_slot(score, head_submit, q.head_pos[:n])
+        self.score = float(score[slot])
+        self.parts = (float(norm_backlog[slot]), float(norm_wait[slot]))
+        return q.pop_tenant(int(q.tenant[slot]))

@@ -1,0 +1,191 @@
+"""Traces: the Parquet file of tasks every simulation and model starts from (DESIGN.md, Files).
+
+A trace has one row per task. Required columns: ``task_id`` (str, unique), ``tenant`` (str),
+``task_type`` (str), ``submit_s`` (f64, >= 0), ``duration_s`` (f64, > 0). Optional columns
+(``doc_bytes``, ``pages``, ``mem_mb``, ``predicted_s``, anything else) are carried along.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from desched.errors import DeschedError
+
+REQUIRED: dict[str, pl.DataType] = {
+    "task_id": pl.String(),
+    "tenant": pl.String(),
+    "task_type": pl.String(),
+    "submit_s": pl.Float64(),
+    "duration_s": pl.Float64(),
+}
+OPTIONAL: dict[str, pl.DataType] = {
+    "doc_bytes": pl.Int64(),
+    "pages": pl.Int32(),
+    "mem_mb": pl.Float64(),
+    "predicted_s": pl.Float64(),
+}
+_SHOW_ROWS = 5
+
+
+def _first_rows(mask: pl.Series) -> str:
+    rows = mask.arg_true().head(_SHOW_ROWS).to_list()
+    more = "" if mask.sum() <= _SHOW_ROWS else ", ..."
+    return ", ".join(str(r) for r in rows) + more
+
+
+def validate_trace(frame: pl.DataFrame, source: str = "trace") -> pl.DataFrame:
+    """Return ``frame`` with the schema's types, or raise naming the column and first bad rows.
+
+    Refuses a missing required column, a value that does not cast to its type, a null in a
+    required column (or in ``predicted_s`` when present), a duplicate ``task_id``, a negative
+    or non-finite ``submit_s`` and a non-positive or non-finite ``duration_s`` or ``predicted_s``.
+    Rows are numbered from 0 in file order.
+    """
+    missing = [c for c in REQUIRED if c not in frame.columns]
+    if missing:
+        raise DeschedError(
+            f"{source}: missing required column {missing[0]!r} "
+            f"(required: {', '.join(REQUIRED)})"
+        )
+    casts = {**REQUIRED, **{c: t for c, t in OPTIONAL.items() if c in frame.columns}}
+    for column, dtype in casts.items():
+        if frame.schema[column] == dtype:
+            continue
+        try:
+            frame = frame.with_columns(pl.col(column).cast(dtype, strict=True))
+        except Exception as exc:  # polars raises several types for a failed cast
+            raise DeschedError(
+                f"{source}: column {column!r} has type {frame.schema[column]} "
+                f"that does not cast to {dtype}: {str(exc).splitlines()[0]}"
+            ) from None
+    nullable_checked = [c for c in [*REQUIRED, "predicted_s"] if c in frame.columns]
+    for column in nullable_checked:
+        nulls = frame[column].is_null()
+        if nulls.any():
+            raise DeschedError(
+                f"{source}: column {column!r} has {nulls.sum()} null(s), first at row(s) "
+                f"{_first_rows(nulls)}"
+            )
+    duplicated = frame["task_id"].is_duplicated()
+    if duplicated.any():
+        first = frame["task_id"].filter(duplicated)[0]
+        raise DeschedError(
+            f"{source}: column 'task_id' has duplicate ids (e.g. {first!r}) at row(s) "
+            f"{_first_rows(duplicated)}"
+        )
+    checks = [
+        ("submit_s", ~(frame["submit_s"].is_finite() & (frame["submit_s"] >= 0)), ">= 0"),
+        ("duration_s", ~(frame["duration_s"].is_finite() & (frame["duration_s"] > 0)), "> 0"),
+    ]
+    if "predicted_s" in frame.columns:
+        p = frame["predicted_s"]
+        checks.append(("predicted_s", ~(p.is_finite() & (p > 0)), "> 0"))
+    for column, bad, rule in checks:
+        if bad.any():
+            raise DeschedError(
+                f"{source}: column {column!r} must be finite and {rule}; "
+                f"{bad.sum()} row(s) are not, first at row(s) {_first_rows(bad)}"
+            )
+    return frame
+
+
+def read_trace(path: str | Path) -> pl.DataFrame:
+    """Read and validate a trace Parquet file; errors name the file."""
+    path = Path(path)
+    if not path.exists():
+        raise DeschedError(f"{path}: no such trace file")
+    try:
+        frame = pl.read_parquet(path)
+    except Exception as exc:
+        raise DeschedError(f"{path}: not a readable Parquet file ({type(exc).__name__})") from None
+    return validate_trace(frame, str(path))
+
+
+def write_trace(frame: pl.DataFrame, path: str | Path) -> Path:
+    """Validate and write a trace; returns the path written."""
+    path = Path(path)
+    frame = validate_trace(frame, str(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame.write_parquet(path)
+    return path
+
+
+@dataclass(slots=True)
+class TaskTable:
+    """The columns a policy may read, as Python lists indexed by task position.
+
+    A task's position is its row in the trace (the simulator) or its submission sequence (the
+    live service); it is the last tie-break of every ranking. ``tenant`` holds dense tenant
+    codes ``0..len(tenant_names)-1``. ``predicted_s`` is NaN where no prediction exists.
+    ``duration_s`` is the true service time: only clairvoyant policies read it.
+    """
+
+    task_id: list[str]
+    tenant: list[int]
+    tenant_names: list[str]
+    submit_s: list[float]
+    duration_s: list[float]
+    predicted_s: list[float]
+    tenant_index: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.tenant_index:
+            self.tenant_index = {name: k for k, name in enumerate(self.tenant_names)}
+
+    def __len__(self) -> int:
+        return len(self.task_id)
+
+    @property
+    def has_predictions(self) -> bool:
+        return not any(math.isnan(p) for p in self.predicted_s)
+
+    @classmethod
+    def empty(cls) -> TaskTable:
+        return cls([], [], [], [], [], [])
+
+    @classmethod
+    def from_frame(cls, frame: pl.DataFrame) -> TaskTable:
+        """Build from a validated trace; tenant codes follow first appearance in the trace."""
+        names = frame["tenant"].unique(maintain_order=True).to_list()
+        code = {name: k for k, name in enumerate(names)}
+        tenants = [code[t] for t in frame["tenant"].to_list()]
+        n = frame.height
+        predicted = (
+            frame["predicted_s"].to_list() if "predicted_s" in frame.columns else [math.nan] * n
+        )
+        return cls(
+            task_id=frame["task_id"].to_list(),
+            tenant=tenants,
+            tenant_names=names,
+            submit_s=frame["submit_s"].to_list(),
+            duration_s=frame["duration_s"].to_list(),
+            predicted_s=predicted,
+        )
+
+    def tenant_code(self, name: str) -> int:
+        """The code of ``name``, adding the tenant if it is new (live service)."""
+        code = self.tenant_index.get(name)
+        if code is None:
+            code = self.tenant_index[name] = len(self.tenant_names)
+            self.tenant_names.append(name)
+        return code
+
+    def append(
+        self,
+        task_id: str,
+        tenant: str,
+        submit_s: float,
+        duration_s: float = math.nan,
+        predicted_s: float = math.nan,
+    ) -> int:
+        """Add one task (live service) and return its position."""
+        self.task_id.append(task_id)
+        self.tenant.append(self.tenant_code(tenant))
+        self.submit_s.append(submit_s)
+        self.duration_s.append(duration_s)
+        self.predicted_s.append(predicted_s)
+        return len(self.task_id) - 1

@@ -1,0 +1,66 @@
+"""Small builders for tests: ``make_tasks`` and Hypothesis strategies for random workloads."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import polars as pl
+from hypothesis import strategies as st
+
+from desched.trace import TaskTable
+
+
+@dataclass(frozen=True)
+class T:
+    """One task for a hand-worked case."""
+
+    tenant: str
+    submit_s: float
+    duration_s: float
+    predicted_s: float = math.nan
+    task_type: str = "extract"
+
+
+def make_frame(*tasks: T) -> pl.DataFrame:
+    """A trace frame with ids ``t0, t1, ...`` in the given order."""
+    frame = pl.DataFrame(
+        {
+            "task_id": [f"t{i}" for i in range(len(tasks))],
+            "tenant": [t.tenant for t in tasks],
+            "task_type": [t.task_type for t in tasks],
+            "submit_s": [float(t.submit_s) for t in tasks],
+            "duration_s": [float(t.duration_s) for t in tasks],
+        },
+        schema_overrides={"submit_s": pl.Float64, "duration_s": pl.Float64},
+    )
+    if any(not math.isnan(t.predicted_s) for t in tasks):
+        frame = frame.with_columns(pl.Series("predicted_s", [t.predicted_s for t in tasks]))
+    return frame
+
+
+def make_tasks(*tasks: T) -> TaskTable:
+    return TaskTable.from_frame(make_frame(*tasks))
+
+
+# Coarse grids make ties (equal submits, equal durations, equal backlogs) frequent, which is
+# where a fast path most easily disagrees with its reference.
+_times = st.integers(0, 40).map(lambda x: x / 2)
+_durations = st.integers(1, 12).map(lambda x: x / 2)
+
+
+@st.composite
+def workloads(draw: st.DrawFn, max_tasks: int = 40, max_tenants: int = 5) -> TaskTable:
+    """A random small workload with predictions; tenants ``a``, ``b``, ..."""
+    n = draw(st.integers(1, max_tasks))
+    k = draw(st.integers(1, max_tenants))
+    tasks = [
+        T(
+            tenant="abcdefghij"[draw(st.integers(0, k - 1))],
+            submit_s=draw(_times),
+            duration_s=draw(_durations),
+            predicted_s=draw(_durations),
+        )
+        for _ in range(n)
+    ]
+    return make_tasks(*tasks)
