@@ -1,0 +1,55 @@
+"""The ``desched`` command line. Subcommands load lazily so ``desched --help`` stays fast.
+
+Every command turns a ``DeschedError`` into one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from desched.errors import DeschedError
+
+# name -> "module:attribute" of a click command; one line per command.
+COMMANDS: dict[str, str] = {
+    "scenario": "desched.cli.sim:scenario",
+    "import-swf": "desched.cli.sim:import_swf",
+    "simulate": "desched.cli.sim:simulate",
+    "compare": "desched.cli.sim:compare",
+    "policies": "desched.cli.sim:policies",
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported only when used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, attr = target.split(":")
+        command: click.Command = getattr(importlib.import_module(module), attr)
+        return command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except DeschedError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(2)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="desched")
+def cli() -> None:
+    """desched: schedule multi-tenant document enrichment, and measure how fairly."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="desched")

@@ -1,0 +1,186 @@
+"""Metrics of a run (DESIGN.md, Metrics): per task, per tenant, fairness, system.
+
+All functions are pure numpy over per-task arrays; nothing here reads files or the clock.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+DEFAULT_WINDOWS = 20
+BOUNDED_SLOWDOWN_FLOOR_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class RunArrays:
+    """Per-task arrays of a finished run, aligned by task position."""
+
+    tenant: np.ndarray  # str tenant names
+    submit_s: np.ndarray
+    duration_s: np.ndarray
+    start_s: np.ndarray
+    end_s: np.ndarray
+
+    @property
+    def wait_s(self) -> np.ndarray:
+        return self.start_s - self.submit_s
+
+    @property
+    def response_s(self) -> np.ndarray:
+        return self.end_s - self.submit_s
+
+    @property
+    def slowdown(self) -> np.ndarray:
+        return self.response_s / self.duration_s
+
+    @property
+    def bounded_slowdown(self) -> np.ndarray:
+        floor = np.maximum(self.duration_s, BOUNDED_SLOWDOWN_FLOOR_S)
+        return np.maximum(1.0, self.response_s / floor)
+
+
+def jain(values: np.ndarray) -> float:
+    """Jain's index ``(sum x)^2 / (n * sum x^2)``: 1 when all equal, 1/n at worst; NaN if empty."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        return math.nan
+    sq = float(np.sum(x * x))
+    return float(np.sum(x)) ** 2 / (x.size * sq) if sq > 0 else 1.0
+
+
+def _p(x: np.ndarray, q: float) -> float:
+    return float(np.percentile(x, q)) if x.size else math.nan
+
+
+def _service_by(start: np.ndarray, end: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Service (busy seconds) received by times ``at`` from runs ``[start, end)``.
+
+    ``sum_i clip(x - start_i, 0, end_i - start_i) = sum_{start_i<=x}(x - start_i)
+    - sum_{end_i<=x}(x - end_i)``, evaluated with prefix sums: O((n + w) log n).
+    """
+    s = np.sort(start)
+    e = np.sort(end)
+    cs = np.concatenate(([0.0], np.cumsum(s)))
+    ce = np.concatenate(([0.0], np.cumsum(e)))
+    ns = np.searchsorted(s, at, side="right")
+    ne = np.searchsorted(e, at, side="right")
+    return (ns * at - cs[ns]) - (ne * at - ce[ne])
+
+
+def _backlogged_throughout(
+    submit: np.ndarray, start: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> np.ndarray:
+    """Whether a tenant had a queued task at every instant of each window ``[lo, hi)``.
+
+    A task is queued over ``[submit, start)``. The queued count is a step function; the window
+    qualifies when the count is positive at ``lo`` and does not drop to zero before ``hi``.
+    """
+    times = np.concatenate((submit, start))
+    steps = np.concatenate((np.ones(submit.size), -np.ones(start.size)))
+    order = np.argsort(times, kind="stable")
+    times, steps = times[order], steps[order]
+    uniq, first = np.unique(times, return_index=True)
+    count_after = np.cumsum(steps)[np.r_[first[1:] - 1, times.size - 1]]
+    zero = count_after <= 0
+    zeros_before = np.concatenate(([0], np.cumsum(zero)))
+    at_lo = np.searchsorted(uniq, lo, side="right") - 1
+    positive_at_lo = np.where(at_lo >= 0, count_after[np.maximum(at_lo, 0)] > 0, False)
+    first_after_lo = np.searchsorted(uniq, lo, side="right")
+    first_at_hi = np.searchsorted(uniq, hi, side="left")
+    zeros_inside = zeros_before[first_at_hi] - zeros_before[first_after_lo]
+    return positive_at_lo & (zeros_inside == 0)
+
+
+def window_edges(submit_s: np.ndarray, end_s: np.ndarray, window_s: float | None) -> np.ndarray:
+    """Window boundaries from the first submission to the last completion.
+
+    The default length is the submission span divided by ``DEFAULT_WINDOWS``, so every policy
+    run on one trace is cut into the same windows.
+    """
+    t0 = float(submit_s.min())
+    t1 = float(end_s.max())
+    if window_s is None:
+        span = float(submit_s.max()) - t0
+        window_s = span / DEFAULT_WINDOWS if span > 0 else max(t1 - t0, 1.0)
+    count = max(1, math.ceil((t1 - t0) / window_s))
+    return t0 + window_s * np.arange(count + 1)
+
+
+def summarize(run: RunArrays, workers: int, window_s: float | None = None) -> dict[str, Any]:
+    """The metrics of DESIGN.md for a finished run.
+
+    Returns the whole-run figures, ``per_tenant`` (tenant -> tasks, mean and p99 wait, mean
+    slowdown, service) and ``windows`` (per window: tasks submitted, Jain's index over the
+    per-tenant mean slowdown of tasks submitted in it, the service lag among tenants
+    backlogged throughout it, and how many such tenants there were).
+    """
+    wait, resp, slow = run.wait_s, run.response_s, run.slowdown
+    tenants, codes = np.unique(run.tenant, return_inverse=True)
+    per_tenant: dict[str, dict[str, float]] = {}
+    mean_slow = np.zeros(tenants.size)
+    by_tenant = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[by_tenant], np.arange(tenants.size + 1))
+    for k, name in enumerate(tenants):
+        idx = by_tenant[bounds[k] : bounds[k + 1]]
+        mean_slow[k] = float(slow[idx].mean())
+        per_tenant[str(name)] = {
+            "tasks": int(idx.size),
+            "mean_wait_s": float(wait[idx].mean()),
+            "p99_wait_s": _p(wait[idx], 99),
+            "mean_slowdown": mean_slow[k],
+            "service_s": float(run.duration_s[idx].sum()),
+        }
+
+    edges = window_edges(run.submit_s, run.end_s, window_s)
+    lo, hi = edges[:-1], edges[1:]
+    service_at = np.zeros((tenants.size, edges.size))
+    backlogged = np.zeros((tenants.size, lo.size), dtype=bool)
+    for k in range(tenants.size):
+        idx = by_tenant[bounds[k] : bounds[k + 1]]
+        service_at[k] = _service_by(run.start_s[idx], run.end_s[idx], edges)
+        backlogged[k] = _backlogged_throughout(run.submit_s[idx], run.start_s[idx], lo, hi)
+    service_in = np.diff(service_at, axis=1)
+    window_of = np.clip(np.searchsorted(edges, run.submit_s, side="right") - 1, 0, lo.size - 1)
+    windows = []
+    for w in range(lo.size):
+        mask = backlogged[:, w]
+        lag = float(np.ptp(service_in[mask, w])) if mask.sum() >= 2 else 0.0
+        in_w = window_of == w
+        if in_w.any():
+            sums = np.bincount(codes[in_w], weights=slow[in_w], minlength=tenants.size)
+            counts = np.bincount(codes[in_w], minlength=tenants.size)
+            jain_w = jain(sums[counts > 0] / counts[counts > 0])
+        else:
+            jain_w = math.nan
+        windows.append(
+            {
+                "start_s": float(lo[w]),
+                "end_s": float(hi[w]),
+                "tasks": int(in_w.sum()),
+                "jain_slowdown": jain_w,
+                "service_lag_s": lag,
+                "backlogged_tenants": int(mask.sum()),
+            }
+        )
+    makespan = float(run.end_s.max() - run.submit_s.min())
+    return {
+        "tasks": int(wait.size),
+        "mean_wait_s": float(wait.mean()),
+        "p99_wait_s": _p(wait, 99),
+        "mean_response_s": float(resp.mean()),
+        "p50_response_s": _p(resp, 50),
+        "p99_response_s": _p(resp, 99),
+        "mean_slowdown": float(slow.mean()),
+        "mean_bounded_slowdown": float(run.bounded_slowdown.mean()),
+        "jain_slowdown": jain(mean_slow),
+        "max_service_lag_s": max((w["service_lag_s"] for w in windows), default=0.0),
+        "utilization": float(run.duration_s.sum() / (workers * makespan)) if makespan > 0 else 0.0,
+        "makespan_s": makespan,
+        "window_s": float(edges[1] - edges[0]),
+        "per_tenant": per_tenant,
+        "windows": windows,
+    }

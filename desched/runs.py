@@ -1,0 +1,171 @@
+"""Run folders and decision logs (DESIGN.md, Files).
+
+A run folder holds ``tasks.parquet`` (the trace plus start, end, worker, wait, response),
+``decisions.parquet`` (one row per decision), ``decision-log.parquet`` (the decision log:
+decision and completion records in one stream, the format the live service appends and the
+ingestion flow reads) and ``summary.json``.
+
+Decision-log records share ``kind`` ("decision" or "completion"), ``seq`` (order in the log),
+``t`` (when), ``worker``, ``task_id`` and ``tenant``. Decision records add ``policy``,
+``score``, ``queue_len``, ``tenant_backlog``, ``wait_s`` and the policy's components as extra
+Float64 columns. Completion records add ``task_type``, ``submit_s``, ``start_s``,
+``duration_s`` (real service time), ``status`` ("ok" or "failed"), ``peak_mem_mb`` and the
+task's feature columns (``doc_bytes``, ``pages``, ... as in the trace). Columns that do not
+apply to a record are null.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from desched.metrics import RunArrays, summarize
+from desched.simulator import SimResult
+
+DECISION_COLUMNS = (
+    "seq", "t", "worker", "task_id", "tenant", "policy", "score", "queue_len",
+    "tenant_backlog", "wait_s",
+)
+COMPLETION_COLUMNS = (
+    "seq", "t", "worker", "task_id", "tenant", "task_type", "submit_s", "start_s",
+    "duration_s", "status", "peak_mem_mb",
+)
+LOG_KINDS = ("decision", "completion")
+
+
+def tasks_frame(trace: pl.DataFrame, result: SimResult) -> pl.DataFrame:
+    """The trace's columns plus ``start_s, end_s, worker, wait_s, response_s``."""
+    start = np.frombuffer(result.start_s, dtype=np.float64)
+    end = np.frombuffer(result.end_s, dtype=np.float64)
+    return trace.with_columns(
+        pl.Series("start_s", start),
+        pl.Series("end_s", end),
+        pl.Series("worker", np.frombuffer(result.worker, dtype=np.int32).astype(np.int64)),
+    ).with_columns(
+        (pl.col("start_s") - pl.col("submit_s")).alias("wait_s"),
+        (pl.col("end_s") - pl.col("submit_s")).alias("response_s"),
+    )
+
+
+def decisions_frame(
+    trace: pl.DataFrame, result: SimResult, components: tuple[str, ...]
+) -> pl.DataFrame:
+    """One row per decision, in decision order."""
+    d = result.decisions
+    task = np.frombuffer(d.task, dtype=np.int64)
+    t = np.frombuffer(d.t, dtype=np.float64)
+    submit = trace["submit_s"].to_numpy()[task]
+    columns: dict[str, Any] = {
+        "seq": np.arange(task.size, dtype=np.int64),
+        "t": t,
+        "worker": np.frombuffer(d.worker, dtype=np.int32).astype(np.int64),
+        "task_id": trace["task_id"].gather(task),
+        "tenant": trace["tenant"].gather(task),
+        "policy": pl.Series([result.policy]).extend_constant(result.policy, task.size - 1)
+        if task.size
+        else pl.Series([], dtype=pl.String),
+        "score": np.frombuffer(d.score, dtype=np.float64),
+        "queue_len": np.frombuffer(d.queue_len, dtype=np.int64),
+        "tenant_backlog": np.frombuffer(d.tenant_backlog, dtype=np.int64),
+        "wait_s": t - submit,
+    }
+    for name, values in zip(components, d.parts):
+        columns[name] = np.frombuffer(values, dtype=np.float64)
+    return pl.DataFrame(columns)
+
+
+def completions_frame(tasks: pl.DataFrame) -> pl.DataFrame:
+    """Completion records of a finished run (``tasks`` from ``tasks_frame``), by end time."""
+    features = [
+        c
+        for c in tasks.columns
+        if c not in {"task_id", "tenant", "task_type", "submit_s", "duration_s", "start_s",
+                     "end_s", "worker", "wait_s", "response_s", "predicted_s"}
+    ]
+    return (
+        tasks.sort(["end_s", "worker"])
+        .select(
+            pl.col("end_s").alias("t"),
+            "worker", "task_id", "tenant", "task_type", "submit_s", "start_s", "duration_s",
+            pl.lit("ok").alias("status"),
+            (pl.col("mem_mb") if "mem_mb" in tasks.columns else pl.lit(None, pl.Float64))
+            .cast(pl.Float64)
+            .alias("peak_mem_mb"),
+            *[c for c in features if c != "mem_mb"],
+        )
+    )
+
+
+def decision_log_frame(decisions: pl.DataFrame, completions: pl.DataFrame) -> pl.DataFrame:
+    """Decisions and completions merged in time order (completions first within an instant,
+    as the simulator applies them), numbered by ``seq``."""
+    merged = pl.concat(
+        [
+            decisions.drop("seq").with_columns(
+                pl.lit("decision").alias("kind"), pl.lit(1).alias("_order")
+            ),
+            completions.with_columns(pl.lit("completion").alias("kind"), pl.lit(0).alias("_order")),
+        ],
+        how="diagonal_relaxed",
+    )
+    merged = merged.with_row_index("_row").sort(["t", "_order", "_row"]).drop("_row", "_order")
+    merged = merged.with_row_index("seq").with_columns(pl.col("seq").cast(pl.Int64))
+    first = ["kind", "seq", "t", "worker", "task_id", "tenant"]
+    return merged.select(first + [c for c in merged.columns if c not in first])
+
+
+def write_run(
+    out_dir: str | Path,
+    trace: pl.DataFrame,
+    result: SimResult,
+    *,
+    components: tuple[str, ...],
+    params: dict[str, Any],
+    seed: int,
+    window_s: float | None = None,
+) -> dict[str, Any]:
+    """Write the run folder and return its summary (also written as ``summary.json``)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tasks = tasks_frame(trace, result)
+    decisions = decisions_frame(trace, result, components)
+    tasks.write_parquet(out / "tasks.parquet")
+    decisions.write_parquet(out / "decisions.parquet")
+    decision_log_frame(decisions, completions_frame(tasks)).write_parquet(
+        out / "decision-log.parquet"
+    )
+    summary = summary_of(tasks, result, params=params, seed=seed, window_s=window_s)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=True) + "\n")
+    return summary
+
+
+def summary_of(
+    tasks: pl.DataFrame,
+    result: SimResult,
+    *,
+    params: dict[str, Any],
+    seed: int,
+    window_s: float | None = None,
+) -> dict[str, Any]:
+    """``summary.json``'s content: the policy, its parameters, the seed, the worker count,
+    the simulator's speed and every metric of ``desched.metrics.summarize``."""
+    run = RunArrays(
+        tenant=tasks["tenant"].to_numpy(),
+        submit_s=tasks["submit_s"].to_numpy(),
+        duration_s=tasks["duration_s"].to_numpy(),
+        start_s=tasks["start_s"].to_numpy(),
+        end_s=tasks["end_s"].to_numpy(),
+    )
+    metrics = summarize(run, result.workers, window_s)
+    return {
+        "policy": result.policy,
+        "params": params,
+        "workers": result.workers,
+        "seed": seed,
+        "decisions_per_s": (len(result.decisions.task) / result.wall_s) if result.wall_s else None,
+        **metrics,
+    }
