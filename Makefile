@@ -1,0 +1,35 @@
+# `make demo` and `make test` set everything up themselves on a fresh machine.
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export PREFECT_HOME ?= $(CURDIR)/.prefect/home
+export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 90
+
+.PHONY: demo test bench lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev,pipeline]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/desched scenario flood --out data/traces/flood.parquet --seed 1
+	$(VENV)/bin/desched compare --trace data/traces/flood.parquet --workers 8 \
+	  --policies ifs-memoryless,vtc,ifs-counter,round-robin,fifo --out data/runs/flood
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_decisions.py
+	$(PY) benchmarks/bench_simulator.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check desched flows tasks tests benchmarks
+	$(VENV)/bin/mypy
+
+clean:
+	rm -rf $(VENV) .prefect .pytest_cache .hypothesis

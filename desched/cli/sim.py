@@ -1,0 +1,287 @@
+"""Commands of the scheduling core: scenario, import-swf, simulate, compare, policies."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import click
+
+from desched.errors import DeschedError
+
+
+def parse_param_args(values: tuple[str, ...]) -> dict[str, str]:
+    """``("w_wait=0.8", ...)`` -> ``{"w_wait": "0.8"}``; a malformed one is a one-line error."""
+    out: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise DeschedError(f"--param {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _progress(total: int, desc: str) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="task", disable=None, leave=False, mininterval=0.5)
+
+
+def run_policy(
+    trace_path: Path,
+    policy_name: str,
+    params: dict[str, str],
+    workers: int,
+    out_dir: Path,
+    seed: int,
+    window_s: float | None,
+) -> dict[str, Any]:
+    """Simulate one policy over a trace file and write its run folder; returns the summary."""
+    from desched.policies import make_policy
+    from desched.runs import write_run
+    from desched.simulator import simulate
+    from desched.trace import TaskTable, read_trace
+
+    trace = read_trace(trace_path)
+    tasks = TaskTable.from_frame(trace)
+    policy = make_policy(policy_name, tasks, params)
+    with _progress(len(tasks), policy_name) as bar:
+        done = [0]
+
+        def tick(n: int) -> None:
+            bar.update(n - done[0])
+            done[0] = n
+
+        result = simulate(tasks, policy, workers, progress=tick)
+    return write_run(
+        out_dir,
+        trace,
+        result,
+        components=policy.components,
+        params=policy.params.model_dump(),
+        seed=seed,
+        window_s=window_s,
+    )
+
+
+@click.command()
+@click.argument("name")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Trace Parquet file to write.")
+@click.option("--seed", default=0, show_default=True, help="Random seed of the generator.")
+@click.option("--tasks", default=20_000, show_default=True, help="Number of tasks.")
+@click.option("--tenants", type=int, default=None,
+              help="Number of tenants (default: the scenario's own).")
+@click.option("--load", default=0.85, show_default=True,
+              help="Offered load: arrival rate x mean duration / workers.")
+@click.option("--workers", default=8, show_default=True,
+              help="Worker count the offered load refers to.")
+@click.option("--predicted-noise", type=float, default=None,
+              help="Add predicted_s = duration_s x lognormal(0, SIGMA): a stand-in for a "
+                   "model with a controlled error.")
+def scenario(
+    name: str, out: Path, seed: int, tasks: int, tenants: int | None, load: float, workers: int,
+    predicted_noise: float | None,
+) -> None:
+    """Generate the synthetic workload NAME (see `desched scenario list`) as a trace."""
+    from desched.trace import write_trace
+    from desched.workloads import SCENARIOS, generate
+
+    if name == "list":
+        for key, value in SCENARIOS.items():
+            click.echo(f"{key:14s} {getattr(value, 'description', value)}")
+        return
+    kwargs: dict[str, Any] = {"tasks": tasks, "load": load, "workers": workers, "seed": seed,
+                              "predicted_noise": predicted_noise}
+    if tenants is not None:
+        kwargs["tenants"] = tenants
+    frame = generate(name, **kwargs)
+    write_trace(frame, out)
+    click.echo(f"{out}: {frame.height} tasks, {frame['tenant'].n_unique()} tenants "
+               f"(scenario {name}, seed {seed})")
+
+
+@click.command("import-swf")
+@click.argument("log", type=click.Path(path_type=Path))
+@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Trace Parquet file to write.")
+def import_swf(log: Path, out: Path) -> None:
+    """Import a Standard Workload Format log (.swf or .swf.gz) as a trace.
+
+    A user becomes a tenant, the executable (else the queue) the task type, requested
+    processors and time become features, run time the duration. Jobs that cannot be used
+    are dropped and counted by reason.
+    """
+    from desched.swf import import_swf as do_import
+    from desched.trace import write_trace
+
+    frame, report = do_import(log)
+    write_trace(frame, out)
+    click.echo(f"{out}: {report.summary()}")
+
+
+@click.command()
+@click.option("--trace", "trace_path", required=True, type=click.Path(path_type=Path),
+              help="Trace Parquet file.")
+@click.option("--policy", required=True, help="Policy name (see `desched policies`).")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
+              help="Policy parameter; repeatable.")
+@click.option("--workers", required=True, type=click.IntRange(min=1), help="Number of workers.")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Run folder to write.")
+@click.option("--seed", default=0, show_default=True, help="Seed recorded with the run.")
+@click.option("--window-s", type=float, default=None,
+              help="Window length for drift metrics (default: submission span / 20).")
+def simulate(
+    trace_path: Path, policy: str, params: tuple[str, ...], workers: int, out: Path, seed: int,
+    window_s: float | None,
+) -> None:
+    """Simulate a policy over a trace; write tasks, decisions, decision log and summary."""
+    summary = run_policy(trace_path, policy, parse_param_args(params), workers, out, seed,
+                         window_s)
+    click.echo(
+        f"{out}: {summary['tasks']} tasks, mean wait {summary['mean_wait_s']:.1f} s, "
+        f"p99 response {summary['p99_response_s']:.1f} s, Jain {summary['jain_slowdown']:.3f}, "
+        f"max service lag {summary['max_service_lag_s']:.1f} s"
+    )
+
+
+TABLE_COLUMNS = (
+    ("mean_wait_s", "mean wait s"),
+    ("p99_wait_s", "p99 wait s"),
+    ("mean_response_s", "mean resp s"),
+    ("p99_response_s", "p99 resp s"),
+    ("mean_bounded_slowdown", "mean bsld"),
+    ("jain_slowdown", "Jain"),
+    ("max_service_lag_s", "max lag s"),
+    ("utilization", "util"),
+)
+
+
+def _fmt(x: float) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:.3f}" if abs(x) < 10 else f"{x:,.0f}"
+
+
+def format_table(summaries: dict[str, dict[str, Any]], tenants: list[str]) -> str:
+    """A markdown table of the headline metrics, then mean wait of the given tenants."""
+    head = ["policy", *(label for _, label in TABLE_COLUMNS)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, s in summaries.items():
+        lines.append("| " + " | ".join([name, *(_fmt(s[k]) for k, _ in TABLE_COLUMNS)]) + " |")
+    if tenants:
+        lines += ["", "mean wait (s) per tenant:", ""]
+        head = ["tenant", *summaries]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for t in tenants:
+            cells = [_fmt(s["per_tenant"][t]["mean_wait_s"]) for s in summaries.values()]
+            lines.append("| " + " | ".join([t, *cells]) + " |")
+    return "\n".join(lines)
+
+
+def top_tenants(summary: dict[str, Any], n: int) -> list[str]:
+    per = summary["per_tenant"]
+    return sorted(per, key=lambda t: (-per[t]["tasks"], t))[:n]
+
+
+def plot_wait_over_time(run_dirs: dict[str, Path], tenants: list[str], out: Path) -> Path:
+    """One panel per policy: mean wait per time bin of each named tenant and of the rest."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import polars as pl
+
+    frames = {p: pl.read_parquet(d / "tasks.parquet", columns=["tenant", "submit_s", "wait_s"])
+              for p, d in run_dirs.items()}
+    t_max = max(float(f["submit_s"].max() or 0.0) for f in frames.values())
+    bin_s = max(t_max / 40, 1e-9)
+    fig, axes = plt.subplots(len(frames), 1, figsize=(9, 2.4 * len(frames)), sharex=True,
+                             sharey=True, squeeze=False)
+    for ax, (policy, frame) in zip(axes[:, 0], frames.items()):
+        binned = frame.with_columns(
+            pl.when(pl.col("tenant").is_in(tenants)).then(pl.col("tenant"))
+            .otherwise(pl.lit("other tenants")).alias("who"),
+            ((pl.col("submit_s") / bin_s).floor() * bin_s / 3600).alias("hour"),
+        ).group_by("who", "hour").agg(pl.col("wait_s").mean()).sort("hour")
+        for who in [*tenants, "other tenants"]:
+            part = binned.filter(pl.col("who") == who)
+            if part.height:
+                ax.plot(part["hour"], part["wait_s"], label=who, lw=1.2)
+        ax.set_title(policy, fontsize=10, loc="left")
+        ax.set_ylabel("mean wait (s)")
+        ax.set_yscale("symlog", linthresh=1.0)
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("submission time (h)")
+    axes[0, 0].legend(fontsize=7, ncol=4, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+@click.command()
+@click.option("--trace", "trace_path", required=True, type=click.Path(path_type=Path),
+              help="Trace Parquet file.")
+@click.option("--policies", required=True, help="Comma-separated policy names.")
+@click.option("--param", "params", multiple=True, metavar="POLICY.KEY=VALUE",
+              help="Parameter of one policy, e.g. ifs-counter.half_life_s=600; repeatable.")
+@click.option("--workers", required=True, type=click.IntRange(min=1), help="Number of workers.")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for one run folder per policy, compare.json and the plot.")
+@click.option("--seed", default=0, show_default=True, help="Seed recorded with the runs.")
+@click.option("--window-s", type=float, default=None,
+              help="Window length for drift metrics (default: submission span / 20).")
+@click.option("--tenants", "n_tenants", default=5, show_default=True,
+              help="Tenants shown by name in the table and plot (largest first).")
+def compare(
+    trace_path: Path, policies: str, params: tuple[str, ...], workers: int, out: Path,
+    seed: int, window_s: float | None, n_tenants: int,
+) -> None:
+    """Run several policies on one trace; print a table, write compare.json and a plot."""
+    from desched.policies import get_policy, parse_params
+
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    if not names:
+        raise DeschedError("--policies: no policy named")
+    per_policy: dict[str, dict[str, str]] = {n: {} for n in names}
+    for key, value in parse_param_args(params).items():
+        policy, dot, param = key.rpartition(".")
+        if not dot or policy not in per_policy:
+            raise DeschedError(f"--param {key}={value}: expected POLICY.KEY=VALUE for a policy "
+                               f"in --policies")
+        per_policy[policy][param] = value
+    for n in names:  # refuse bad names and parameters before running anything
+        get_policy(n)
+        parse_params(n, per_policy[n])
+    summaries: dict[str, dict[str, Any]] = {}
+    run_dirs: dict[str, Path] = {}
+    for n in names:
+        run_dirs[n] = out / n
+        summaries[n] = run_policy(trace_path, n, per_policy[n], workers, run_dirs[n], seed,
+                                  window_s)
+    tenants = top_tenants(next(iter(summaries.values())), n_tenants)
+    table = format_table(summaries, tenants)
+    plot = plot_wait_over_time(run_dirs, tenants, out / "wait-over-time.png")
+    (out / "compare.json").write_text(json.dumps(
+        {"trace": str(trace_path), "workers": workers, "policies": summaries,
+         "plot": plot.name}, indent=2) + "\n")
+    click.echo(table)
+    click.echo(f"\nwrote {out / 'compare.json'} and {plot}")
+
+
+@click.command()
+def policies() -> None:
+    """List the registered policies, their parameters and what they do."""
+    from desched.policies import REGISTRY
+
+    for name in sorted(REGISTRY):
+        cls = REGISTRY[name]
+        fields = cls.Params.model_fields
+        params = ", ".join(f"{k}={f.default}" for k, f in fields.items()) or "no parameters"
+        reads = f" [reads {', '.join(sorted(cls.reads))}]" if cls.reads else ""
+        click.echo(f"{name:16s} {cls.summary}{reads}")
+        click.echo(f"{'':16s}   {params}")

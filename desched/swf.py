@@ -1,0 +1,237 @@
+"""Import of Standard Workload Format logs (Parallel Workloads Archive) as traces.
+
+An SWF file (plain or gzip, recognised by its magic bytes, not its name) has one job a line,
+18 whitespace-separated numeric fields, header lines starting with ';' and -1 for unknown
+(../shared/data/traces/SOURCE.md). A job becomes one trace row:
+
+==============  =========================================================================
+column          from (field number, 1-based)
+==============  =========================================================================
+task_id         ``"j{job}"`` (1)
+tenant          ``"u{user}"`` (12); ``"unknown"`` when -1
+task_type       ``"app{executable}"`` (14), else ``"q{queue}"`` (15), else ``"unknown"``
+submit_s        submit time (2) minus the earliest kept submit time
+duration_s      run time (4)
+req_procs       requested processors (8), else allocated processors (5), else null
+req_time_s      requested time (9), null when -1
+procs           allocated processors (5), null when -1
+used_mem_kb     used memory (7), null when -1
+group           ``"g{group}"`` (13), null when -1
+status          status (11): 1 completed, 0 failed, 5 cancelled; null when -1
+==============  =========================================================================
+
+Jobs that cannot be used are dropped and counted by reason in the ``SwfReport``, never
+silently, in this order of precedence: a malformed line (not 18 fields, a field that is not
+a number, a non-integer job, processor count, status or id), no submit time (negative), no
+run time (negative, normally -1), zero run time (a trace needs ``duration_s > 0``), and a
+job number seen on an earlier kept line. Rows keep file order, stably sorted by ``submit_s``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from desched.errors import DeschedError
+from desched.trace import validate_trace
+
+FIELDS: tuple[str, ...] = (
+    "job",
+    "submit",
+    "wait",
+    "run_time",
+    "procs",
+    "cpu_time",
+    "used_mem_kb",
+    "req_procs",
+    "req_time",
+    "req_mem",
+    "status",
+    "user",
+    "group",
+    "executable",
+    "queue",
+    "partition",
+    "preceding_job",
+    "think_time",
+)
+"""The 18 SWF fields, in file order."""
+
+_INTEGER_FIELDS = (
+    "job",
+    "procs",
+    "req_procs",
+    "status",
+    "user",
+    "group",
+    "executable",
+    "queue",
+)
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass(frozen=True, slots=True)
+class SwfReport:
+    """What ``import_swf`` read, kept and dropped.
+
+    Invariant: ``job_lines == jobs_kept + dropped_total`` and
+    ``lines_read == header_lines + blank_lines + job_lines``.
+    """
+
+    source: str
+    lines_read: int
+    header_lines: int
+    blank_lines: int
+    jobs_kept: int
+    dropped_malformed: int
+    dropped_no_submit_time: int
+    dropped_no_run_time: int
+    dropped_zero_run_time: int
+    dropped_duplicate_job: int
+
+    @property
+    def job_lines(self) -> int:
+        """Lines that are neither headers nor blank: the jobs in the file."""
+        return self.lines_read - self.header_lines - self.blank_lines
+
+    @property
+    def dropped(self) -> dict[str, int]:
+        """Dropped jobs per reason, in precedence order."""
+        return {
+            "malformed": self.dropped_malformed,
+            "no submit time": self.dropped_no_submit_time,
+            "no run time": self.dropped_no_run_time,
+            "zero run time": self.dropped_zero_run_time,
+            "duplicate job": self.dropped_duplicate_job,
+        }
+
+    @property
+    def dropped_total(self) -> int:
+        return sum(self.dropped.values())
+
+    def summary(self) -> str:
+        """One line: the file, jobs read, kept, and dropped per reason."""
+        reasons = ", ".join(f"{reason} {count}" for reason, count in self.dropped.items())
+        return (
+            f"{self.source}: {self.job_lines} jobs in {self.lines_read} lines; "
+            f"kept {self.jobs_kept}, dropped {self.dropped_total} ({reasons})"
+        )
+
+
+def _read_text(path: Path) -> str:
+    if not path.is_file():
+        raise DeschedError(f"{path}: no such SWF file")
+    try:
+        raw = path.read_bytes()
+        if raw.startswith(_GZIP_MAGIC):
+            raw = gzip.decompress(raw)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise DeschedError(
+            f"{path}: not a readable SWF file ({type(exc).__name__}: {exc})"
+        ) from None
+    if b"\x00" in raw:
+        raise DeschedError(f"{path}: not a readable SWF file (binary content)")
+    return raw.decode("latin-1")
+
+
+def _parse(lines: pl.Series) -> pl.DataFrame:
+    """One row per job line: the 18 fields as f64 and ``malformed`` (fields may be null then)."""
+    frame = pl.DataFrame({"text": lines})
+    tokens = pl.col("text").str.extract_all(r"\S+")
+    frame = frame.with_columns(tokens.alias("tokens")).with_columns(
+        (pl.col("tokens").list.len() == len(FIELDS)).alias("width_ok")
+    )
+    frame = frame.with_columns(
+        pl.when(pl.col("width_ok"))
+        .then(pl.col("tokens").list.get(i, null_on_oob=True))
+        .otherwise(None)
+        .cast(pl.Float64, strict=False)
+        .alias(name)
+        for i, name in enumerate(FIELDS)
+    )
+    numeric_ok = pl.all_horizontal(
+        pl.col(name).is_not_null() & pl.col(name).is_finite() for name in FIELDS
+    )
+    integral_ok = pl.all_horizontal(
+        pl.col(name) == pl.col(name).round(0) for name in _INTEGER_FIELDS
+    )
+    malformed = ~(pl.col("width_ok") & numeric_ok.fill_null(False) & integral_ok.fill_null(False))
+    return frame.select(*FIELDS, malformed.alias("malformed"))
+
+
+def _code(column: str, prefix: str) -> pl.Expr:
+    """``prefix{n}`` for a known (>= 0) integer field, else null."""
+    value = pl.col(column)
+    return pl.when(value >= 0).then(pl.lit(prefix) + value.cast(pl.Int64).cast(pl.String))
+
+
+def _known(column: str) -> pl.Expr:
+    return pl.when(pl.col(column) >= 0).then(pl.col(column))
+
+
+def import_swf(path: str | Path) -> tuple[pl.DataFrame, SwfReport]:
+    """Read an SWF log (``.swf`` or ``.swf.gz``) into a validated trace and its report.
+
+    Columns and drop rules are in the module docstring. Cost: one pass of vectorised polars
+    over the file's lines (the 122k-job LANL log takes about a second). Raises
+    ``DeschedError`` naming the file when it is missing, unreadable, or has no usable job.
+    """
+    path = Path(path)
+    text = _read_text(path)
+    lines = pl.Series("text", text.splitlines(), pl.String)
+    stripped = lines.str.strip_chars()
+    header = stripped.str.starts_with(";")
+    blank = stripped.str.len_chars() == 0
+    jobs = _parse(lines.filter(~header & ~blank))
+
+    malformed = pl.col("malformed")
+    no_submit = ~malformed & (pl.col("submit") < 0)
+    no_run = ~malformed & ~no_submit & (pl.col("run_time") < 0)
+    zero_run = ~malformed & ~no_submit & ~no_run & (pl.col("run_time") == 0)
+    usable = jobs.filter(~malformed & (pl.col("submit") >= 0) & (pl.col("run_time") > 0))
+    kept = usable.unique(subset="job", keep="first", maintain_order=True)
+    counts = jobs.select(
+        malformed.sum().alias("malformed"),
+        no_submit.sum().alias("no_submit"),
+        no_run.sum().alias("no_run"),
+        zero_run.sum().alias("zero_run"),
+    ).row(0, named=True)
+
+    report = SwfReport(
+        source=str(path),
+        lines_read=lines.len(),
+        header_lines=int(header.sum()),
+        blank_lines=int(blank.sum()),
+        jobs_kept=kept.height,
+        dropped_malformed=int(counts["malformed"]),
+        dropped_no_submit_time=int(counts["no_submit"]),
+        dropped_no_run_time=int(counts["no_run"]),
+        dropped_zero_run_time=int(counts["zero_run"]),
+        dropped_duplicate_job=usable.height - kept.height,
+    )
+    if kept.height == 0:
+        raise DeschedError(f"{path}: no usable job ({report.summary()})")
+
+    first_submit = kept["submit"].min()
+    req_procs = _known("req_procs").fill_null(_known("procs")).cast(pl.Int64)
+    trace = kept.select(
+        (pl.lit("j") + pl.col("job").cast(pl.Int64).cast(pl.String)).alias("task_id"),
+        _code("user", "u").fill_null(pl.lit("unknown")).alias("tenant"),
+        _code("executable", "app")
+        .fill_null(_code("queue", "q"))
+        .fill_null(pl.lit("unknown"))
+        .alias("task_type"),
+        (pl.col("submit") - first_submit).alias("submit_s"),
+        pl.col("run_time").alias("duration_s"),
+        req_procs.alias("req_procs"),
+        _known("req_time").alias("req_time_s"),
+        _known("procs").cast(pl.Int64).alias("procs"),
+        _known("used_mem_kb").alias("used_mem_kb"),
+        _code("group", "g").alias("group"),
+        _known("status").cast(pl.Int64).alias("status"),
+    ).sort("submit_s", maintain_order=True)
+    return validate_trace(trace, str(path)), report

@@ -1,0 +1,113 @@
+"""The `desched` CLI: run folders as DESIGN.md defines them, one-line errors on bad input."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from desched.cli import cli
+from desched.trace import write_trace
+from tests.builders import T, make_frame
+
+SUMMARY_KEYS = {
+    "policy", "params", "workers", "seed", "tasks", "mean_wait_s", "p99_wait_s",
+    "mean_response_s", "p50_response_s", "p99_response_s", "mean_slowdown",
+    "mean_bounded_slowdown", "jain_slowdown", "max_service_lag_s", "utilization", "per_tenant",
+}
+
+
+@pytest.fixture
+def trace(tmp_path):
+    frame = make_frame(
+        T("a", 0, 3), T("a", 0, 2), T("b", 1, 1), T("b", 5, 2), T("c", 5, 1), T("a", 6, 4)
+    )
+    return write_trace(frame, tmp_path / "trace.parquet")
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_simulate_writes_the_run_folder_of_the_design(trace, tmp_path):
+    out = tmp_path / "run"
+    res = invoke("simulate", "--trace", str(trace), "--policy", "ifs-memoryless",
+                 "--param", "w_wait=0.8", "--workers", "2", "--out", str(out), "--seed", "7")
+    assert res.exit_code == 0, res.output
+    tasks = pl.read_parquet(out / "tasks.parquet")
+    assert {"start_s", "end_s", "worker", "wait_s", "response_s"} <= set(tasks.columns)
+    assert tasks.height == 6
+    decisions = pl.read_parquet(out / "decisions.parquet")
+    assert decisions.columns[:10] == [
+        "seq", "t", "worker", "task_id", "tenant", "policy", "score", "queue_len",
+        "tenant_backlog", "wait_s",
+    ]
+    assert {"norm_backlog", "norm_wait"} <= set(decisions.columns)
+    assert sorted(decisions["task_id"].to_list()) == sorted(tasks["task_id"].to_list())
+    summary = json.loads((out / "summary.json").read_text())
+    assert SUMMARY_KEYS <= set(summary)
+    assert summary["params"] == {"w_backlog": 0.1, "w_wait": 0.8}
+    assert summary["seed"] == 7 and summary["workers"] == 2
+    assert set(summary["per_tenant"]) == {"a", "b", "c"}
+    log = pl.read_parquet(out / "decision-log.parquet")
+    assert log["kind"].value_counts().sort("kind")["count"].to_list() == [6, 6]
+
+
+def test_compare_prints_a_table_and_writes_compare_json_and_a_plot(trace, tmp_path):
+    out = tmp_path / "cmp"
+    res = invoke("compare", "--trace", str(trace), "--policies", "fifo,ifs-memoryless",
+                 "--param", "ifs-memoryless.w_backlog=0.5", "--workers", "1", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    assert "| fifo |" in res.output and "| ifs-memoryless |" in res.output
+    data = json.loads((out / "compare.json").read_text())
+    assert set(data["policies"]) == {"fifo", "ifs-memoryless"}
+    assert data["policies"]["ifs-memoryless"]["params"]["w_backlog"] == 0.5
+    assert (out / "wait-over-time.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--policy", "nope"], "unknown policy 'nope'"),
+        (["--policy", "fifo", "--param", "w=1"], "policy 'fifo' has no parameter 'w'"),
+        (["--policy", "ifs-memoryless", "--param", "w_wait=x"], "parameter 'w_wait'"),
+        (["--policy", "ifs-memoryless", "--param", "w_wait"], "expected KEY=VALUE"),
+    ],
+)
+def test_bad_policy_input_is_a_one_line_error(trace, tmp_path, args, message):
+    res = CliRunner().invoke(
+        cli, ["simulate", "--trace", str(trace), "--workers", "1", "--out", str(tmp_path / "r"),
+              *args]
+    )
+    assert res.exit_code == 2
+    assert message in res.output
+    assert "Traceback" not in res.output
+
+
+def test_a_trace_without_a_required_column_is_a_one_line_error_naming_it(tmp_path):
+    path = tmp_path / "t.parquet"
+    make_frame(T("a", 0, 1)).drop("tenant").write_parquet(path)
+    res = CliRunner().invoke(cli, ["simulate", "--trace", str(path), "--policy", "fifo",
+                                   "--workers", "1", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 2
+    assert res.output.strip().count("\n") == 0
+    assert "missing required column 'tenant'" in res.output
+
+
+def test_policies_lists_every_registered_policy_with_its_parameters():
+    from desched.policies import REGISTRY
+
+    res = invoke("policies")
+    assert res.exit_code == 0
+    for name in REGISTRY:
+        assert name in res.output
+    assert "w_backlog=0.1, w_wait=0.9" in res.output
+
+
+@pytest.mark.parametrize("command", ["scenario", "import-swf", "simulate", "compare", "policies"])
+def test_every_command_has_help(command):
+    res = invoke(command, "--help")
+    assert res.exit_code == 0
+    assert "Usage:" in res.output

@@ -1,0 +1,159 @@
+"""SWF import: fields mapped as specified, every dropped job counted by its reason."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from desched.errors import DeschedError
+from desched.swf import SwfReport, import_swf
+from desched.trace import validate_trace
+from tests.conftest import SHARED_DATA
+
+TRACES = SHARED_DATA / "traces"
+
+# Fields: job submit wait run procs cpu mem req_procs req_time req_mem status user group exe
+# queue partition preceding think.
+SMALL_SWF = """\
+; Version: 2.2
+; Computer: a hand-written test machine
+;
+  1  100  5  60   4  55.5  2048   4  120 -1  1   7  3  12  2  1 -1 -1
+  2  130  0  -1   8  -1    -1     8  600 -1  5   7  3  12  2  1 -1 -1
+  3  140  1   0   2  -1    -1     2   60 -1  0   8  3  -1  2  1 -1 -1
+
+  4  150  2  30  16  -1    -1    -1   -1 -1  1   8 -1  -1  4  1 -1 -1
+  5  160  2  45  -1  -1    -1    -1   60 -1 -1  -1 -1  -1 -1  1 -1 -1
+  6  170  2  10   1  -1    -1     1   60 -1  1   9  3  12
+  7  180  2  x1   1  -1    -1     1   60 -1  1   9  3  12  2  1 -1 -1
+  4  190  2  20   1  -1    -1     1   60 -1  1   9  3  12  2  1 -1 -1
+  8  200  2  15   3.5 -1   -1     1   60 -1  1   9  3  12  2  1 -1 -1
+  9   -1  2  15   1  -1    -1     1   60 -1  1   9  3  12  2  1 -1 -1
+; a trailing comment
+"""
+
+
+def write_swf(tmp_path: Path, text: str = SMALL_SWF, *, gz: bool = False) -> Path:
+    path = tmp_path / ("small.swf.gz" if gz else "small.swf")
+    data = text.encode()
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+@pytest.fixture(params=[False, True], ids=["plain", "gzip"])
+def small(tmp_path: Path, request: pytest.FixtureRequest) -> tuple[pl.DataFrame, SwfReport]:
+    return import_swf(write_swf(tmp_path, gz=request.param))
+
+
+def test_every_job_line_is_kept_or_dropped_for_a_counted_reason(small) -> None:
+    _, report = small
+    assert report.lines_read == 15
+    assert report.header_lines == 4
+    assert report.blank_lines == 1
+    assert report.job_lines == 10
+    assert report.jobs_kept == 3
+    assert report.dropped == {
+        "malformed": 3,
+        "no submit time": 1,
+        "no run time": 1,
+        "zero run time": 1,
+        "duplicate job": 1,
+    }
+    assert report.jobs_kept + report.dropped_total == report.job_lines
+
+
+def test_the_summary_is_one_line_naming_the_file_and_every_reason(small) -> None:
+    _, report = small
+    line = report.summary()
+    assert "\n" not in line and "small.swf" in line
+    assert "kept 3, dropped 7" in line
+    assert "malformed 3" in line and "zero run time 1" in line and "no run time 1" in line
+
+
+def test_the_report_is_frozen(small) -> None:
+    _, report = small
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        report.jobs_kept = 0  # type: ignore[misc]
+
+
+def test_fields_map_to_trace_columns_as_specified(small) -> None:
+    frame, _ = small
+    assert validate_trace(frame).equals(frame)
+    assert frame.to_dicts() == [
+        {
+            "task_id": "j1", "tenant": "u7", "task_type": "app12", "submit_s": 0.0,
+            "duration_s": 60.0, "req_procs": 4, "req_time_s": 120.0, "procs": 4,
+            "used_mem_kb": 2048.0, "group": "g3", "status": 1,
+        },
+        {
+            "task_id": "j4", "tenant": "u8", "task_type": "q4", "submit_s": 50.0,
+            "duration_s": 30.0, "req_procs": 16, "req_time_s": None, "procs": 16,
+            "used_mem_kb": None, "group": None, "status": 1,
+        },
+        {
+            "task_id": "j5", "tenant": "unknown", "task_type": "unknown", "submit_s": 60.0,
+            "duration_s": 45.0, "req_procs": None, "req_time_s": 60.0, "procs": None,
+            "used_mem_kb": None, "group": None, "status": None,
+        },
+    ]  # fmt: skip
+
+
+def test_submit_times_start_at_zero_from_the_first_kept_job(tmp_path: Path) -> None:
+    text = "\n".join(SMALL_SWF.splitlines()[4:])  # job 1 gone: job 4 at 150 is the first kept
+    frame, report = import_swf(write_swf(tmp_path, text))
+    assert report.jobs_kept == 2
+    assert frame["submit_s"].to_list() == [0.0, 10.0]
+
+
+def test_rows_come_in_submit_order(tmp_path: Path) -> None:
+    text = (
+        "1 200 0 10 1 -1 -1 1 60 -1 1 1 1 1 1 1 -1 -1\n"
+        "2 100 0 10 1 -1 -1 1 60 -1 1 1 1 1 1 1 -1 -1\n"
+        "3 200 0 10 1 -1 -1 1 60 -1 1 2 1 1 1 1 -1 -1\n"
+    )
+    frame, _ = import_swf(write_swf(tmp_path, text))
+    assert frame["task_id"].to_list() == ["j2", "j1", "j3"]
+
+
+def test_a_missing_file_is_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(DeschedError, match="nope.swf"):
+        import_swf(tmp_path / "nope.swf")
+
+
+def test_a_corrupt_gzip_file_is_refused_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "broken.swf.gz"
+    path.write_bytes(gzip.compress(SMALL_SWF.encode())[:40])
+    with pytest.raises(DeschedError, match="broken.swf.gz"):
+        import_swf(path)
+
+
+def test_a_file_without_a_usable_job_is_refused_with_its_counts(tmp_path: Path) -> None:
+    path = write_swf(tmp_path, "; only a header\n1 0 0 0 1 -1 -1 1 1 -1 1 1 1 1 1 1 -1 -1\n")
+    with pytest.raises(DeschedError, match="small.swf.*zero run time 1"):
+        import_swf(path)
+
+
+def jobs_in(path: Path) -> int:
+    with gzip.open(path, "rt", encoding="latin-1") as lines:
+        return sum(1 for line in lines if line.strip() and not line.lstrip().startswith(";"))
+
+
+@pytest.mark.parametrize(
+    "name, at_least",
+    [("LANL-CM5-1994-4.1-cln.swf.gz", 40_000), ("LLNL-Atlas-2006-2.1-cln.swf.gz", 30_000)],
+)
+def test_the_real_logs_import_with_every_job_accounted_for(name: str, at_least: int) -> None:
+    path = TRACES / name
+    if not path.exists():
+        pytest.skip(f"{path} is not present")
+    frame, report = import_swf(path)
+    assert report.jobs_kept + report.dropped_total == jobs_in(path)
+    assert report.jobs_kept == frame.height > at_least
+    assert report.dropped_malformed == 0
+    assert frame["submit_s"].min() == 0.0
+    assert frame["task_id"].n_unique() == frame.height
+    assert frame["tenant"].n_unique() > 100

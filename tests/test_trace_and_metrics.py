@@ -1,0 +1,103 @@
+"""Traces are refused with the offending column named; metrics match hand-worked values."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import polars as pl
+import pytest
+
+from desched.errors import DeschedError
+from desched.metrics import RunArrays, jain, summarize
+from desched.trace import read_trace, validate_trace
+from tests.builders import T, make_frame
+
+
+def good() -> pl.DataFrame:
+    return make_frame(T("a", 0, 3), T("a", 0, 2), T("b", 1, 1))
+
+
+def test_a_valid_trace_passes_and_keeps_extra_columns():
+    frame = good().with_columns(pl.lit(3).alias("pages"), pl.lit("x").alias("colour"))
+    out = validate_trace(frame)
+    assert out.schema["pages"] == pl.Int32
+    assert out["colour"].to_list() == ["x", "x", "x"]
+
+
+@pytest.mark.parametrize("column", ["task_id", "tenant", "task_type", "submit_s", "duration_s"])
+def test_a_trace_without_a_required_column_is_refused_naming_it(column):
+    with pytest.raises(DeschedError, match=f"missing required column '{column}'"):
+        validate_trace(good().drop(column), "t.parquet")
+
+
+@pytest.mark.parametrize(
+    ("column", "values", "message"),
+    [
+        ("duration_s", [3.0, 0.0, -1.0], r"'duration_s' must be finite and > 0; 2 row\(s\).*1, 2"),
+        ("submit_s", [0.0, -5.0, 1.0], r"'submit_s' must be finite and >= 0.*row\(s\) 1"),
+        ("task_id", ["x", "y", "x"], r"'task_id' has duplicate ids \(e.g. 'x'\).*0, 2"),
+        ("tenant", ["a", None, "b"], r"'tenant' has 1 null\(s\), first at row\(s\) 1"),
+        ("duration_s", [3.0, float("nan"), 1.0], r"'duration_s' must be finite"),
+    ],
+)
+def test_a_bad_trace_is_refused_naming_the_column_and_first_bad_rows(column, values, message):
+    frame = good().with_columns(pl.Series(column, values))
+    with pytest.raises(DeschedError, match=message):
+        validate_trace(frame, "t.parquet")
+
+
+def test_a_column_of_the_wrong_type_is_refused_naming_it():
+    frame = good().with_columns(pl.Series("submit_s", ["0", "soon", "1"]))
+    with pytest.raises(DeschedError, match="column 'submit_s' has type String"):
+        validate_trace(frame)
+
+
+def test_a_missing_or_unreadable_trace_file_names_the_file(tmp_path):
+    with pytest.raises(DeschedError, match="no such trace file"):
+        read_trace(tmp_path / "none.parquet")
+    bad = tmp_path / "bad.parquet"
+    bad.write_text("not parquet")
+    with pytest.raises(DeschedError, match="bad.parquet: not a readable Parquet file"):
+        read_trace(bad)
+
+
+def test_jain_index_is_one_for_equal_shares_and_one_over_n_for_a_monopoly():
+    assert jain(np.array([2.0, 2.0, 2.0])) == pytest.approx(1.0)
+    assert jain(np.array([5.0, 0.0, 0.0, 0.0])) == pytest.approx(0.25)
+    assert jain(np.array([1.0, 3.0])) == pytest.approx(16 / 20)
+    assert math.isnan(jain(np.array([])))
+
+
+def run(tenant, submit, duration, start):
+    submit, duration, start = (np.array(x, dtype=float) for x in (submit, duration, start))
+    return RunArrays(np.array(tenant), submit, duration, start, start + duration)
+
+
+def test_summary_matches_a_hand_worked_two_tenant_run():
+    # one worker: a0 runs [0,4), b0 waits 4 s and runs [4,6), a1 submitted at 1 runs [6,7)
+    r = run(["a", "b", "a"], [0, 0, 1], [4, 2, 1], [0, 4, 6])
+    s = summarize(r, workers=1, window_s=2.0)
+    assert s["mean_wait_s"] == pytest.approx((0 + 4 + 5) / 3)
+    assert s["mean_response_s"] == pytest.approx((4 + 6 + 6) / 3)
+    assert s["mean_slowdown"] == pytest.approx((1 + 3 + 6) / 3)
+    assert s["mean_bounded_slowdown"] == pytest.approx((1 + 1 + 1) / 3)
+    assert s["utilization"] == pytest.approx(7 / 7)
+    assert s["per_tenant"]["a"]["mean_slowdown"] == pytest.approx(3.5)
+    assert s["per_tenant"]["b"]["service_s"] == pytest.approx(2.0)
+    assert s["jain_slowdown"] == pytest.approx(jain(np.array([3.5, 3.0])))
+    # windows [0,2) [2,4): a (task a1, queued [1,6)) is not backlogged over [0,2); b is
+    # (queued [0,4)); over [2,4) both are: a received 2 s of service, b none -> lag 2
+    assert [w["backlogged_tenants"] for w in s["windows"]][:2] == [1, 2]
+    assert s["windows"][1]["service_lag_s"] == pytest.approx(2.0)
+    assert s["max_service_lag_s"] == pytest.approx(2.0)
+
+
+def test_service_lag_is_zero_when_backlogged_tenants_are_served_alike():
+    # two workers, two tenants each with a steady queue, served in lockstep
+    submit = [0.0] * 8
+    start = [0, 0, 1, 1, 2, 2, 3, 3]
+    r = run(["a", "b"] * 4, submit, [1.0] * 8, start)
+    s = summarize(r, workers=2, window_s=1.0)
+    assert s["max_service_lag_s"] == pytest.approx(0.0)
+    assert s["jain_slowdown"] == pytest.approx(1.0)
