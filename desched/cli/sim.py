@@ -207,10 +207,11 @@ def plot_wait_over_time(run_dirs: dict[str, Path], tenants: list[str], out: Path
             .otherwise(pl.lit("other tenants")).alias("who"),
             ((pl.col("submit_s") / bin_s).floor() * bin_s / 3600).alias("hour"),
         ).group_by("who", "hour").agg(pl.col("wait_s").mean()).sort("hour")
-        for who in [*tenants, "other tenants"]:
+        for rank, who in enumerate([*tenants, "other tenants"]):
             part = binned.filter(pl.col("who") == who)
             if part.height:
-                ax.plot(part["hour"], part["wait_s"], label=who, lw=1.2)
+                style = {"color": "black", "lw": 2.0} if rank == 0 else {"lw": 1.0}
+                ax.plot(part["hour"], part["wait_s"], label=who, marker=".", ms=4, **style)
         ax.set_title(policy, fontsize=10, loc="left")
         ax.set_ylabel("mean wait (s)")
         ax.set_yscale("symlog", linthresh=1.0)

@@ -6,8 +6,16 @@ from pydantic import ValidationError
 
 from desched.errors import DeschedError
 from desched.policies.base import Policy, PolicyParams
+from desched.policies.fair_sjf import FairSjf
 from desched.policies.fifo import Fifo
+from desched.policies.hrrn_predicted import HrrnPredicted
+from desched.policies.ifs_counter import IfsCounter
 from desched.policies.ifs_memoryless import IfsMemoryless
+from desched.policies.ifs_predicted import IfsPredicted
+from desched.policies.round_robin import RoundRobin
+from desched.policies.sjf_oracle import SjfOracle
+from desched.policies.sjf_predicted import SjfPredicted
+from desched.policies.vtc import Vtc
 from desched.trace import TaskTable
 
 REGISTRY: dict[str, type[Policy]] = {
@@ -15,6 +23,14 @@ REGISTRY: dict[str, type[Policy]] = {
     for p in (
         Fifo,
         IfsMemoryless,
+        RoundRobin,
+        Vtc,
+        FairSjf,
+        IfsCounter,
+        SjfOracle,
+        SjfPredicted,
+        HrrnPredicted,
+        IfsPredicted,
     )
 }
 

@@ -1,0 +1,178 @@
+"""``ifs-counter``: the IFS scorer plus one decayed counter of service per tenant."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+from pydantic import Field
+
+from desched.policies.base import PolicyParams, pick_slot
+from desched.policies.ifs_memoryless import IfsMemoryless, IfsMemorylessNaive, IfsParams, norm
+from desched.trace import TaskTable
+
+
+class IfsCounterParams(IfsParams):
+    card_keys: ClassVar[tuple[str, ...]] = ("w_backlog", "w_wait", "w_service", "half_life_s")
+
+    w_service: float = Field(
+        2.0,
+        ge=0,
+        description="weight of the normalised decayed service, subtracted; above "
+        "w_backlog + w_wait it outweighs the IFS terms, so a tenant that received much less "
+        "service than the most-served backlogged one goes first (flood scenario: 1.0 "
+        "closes about half the service lag of ifs-memoryless, 2.0 all of it)",
+    )
+    half_life_s: float = Field(
+        900.0, gt=0, description="seconds after which a tenant's past service counts half"
+    )
+
+
+def decayed(service_s: float, at_s: float, now: float, half_life_s: float) -> float:
+    """``service_s`` recorded at ``at_s``, decayed to ``now``: ``service_s * 2**(-(now-at_s)/h)``.
+
+    Uses numpy's ``exp2``, which the vectorised fast path also uses, so that both give the
+    same bits (Python's ``2.0 ** x`` does not).
+    """
+    return float(service_s * np.exp2(np.float64(-(now - at_s) / half_life_s)))
+
+
+class IfsCounterNaive(IfsMemorylessNaive):
+    """Reference: scores every queued task from scratch, decaying every backlogged tenant's
+    counter to ``now``."""
+
+    name = "ifs-counter"
+    summary = (
+        "ifs-memoryless minus w_service * normalised service received, decayed with a "
+        "half-life (one counter per tenant, written on completion)"
+    )
+    # ifs_memoryless leaves both attributes unannotated, so mypy pins their narrow types
+    Params = IfsCounterParams  # type: ignore[assignment]
+    components = ("norm_backlog", "norm_wait", "norm_service")  # type: ignore[assignment]
+    params: IfsCounterParams
+
+    def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
+        super().__init__(tasks, params)
+        self.service_s: dict[int, float] = {}
+        self.service_at_s: dict[int, float] = {}
+
+    def decayed_service_s(self, k: int, now: float) -> float:
+        """Tenant ``k``'s counter decayed to ``now``."""
+        return decayed(
+            self.service_s.get(k, 0.0), self.service_at_s.get(k, 0.0), now, self.params.half_life_s
+        )
+
+    def complete(self, i: int, now: float, duration_s: float) -> None:
+        k = self.tasks.tenant[i]
+        self.service_s[k] = self.decayed_service_s(k, now) + duration_s
+        self.service_at_s[k] = now
+
+    def prepare(self, now: float) -> None:
+        super().prepare(now)
+        self.service = {k: self.decayed_service_s(k, now) for k in self.backlog}
+        self.max_service = max(self.service.values())
+
+    def counter_parts(self, i: int, now: float) -> tuple[float, float, float]:
+        nb, nw = self.parts_of(i, now)
+        return nb, nw, norm(self.service[self.tasks.tenant[i]], self.max_service)
+
+    def score_of(self, i: int, now: float) -> tuple[float, tuple[float, ...]]:
+        nb, nw, ns = parts = self.counter_parts(i, now)
+        p = self.params
+        return p.w_backlog * nb + p.w_wait * nw - p.w_service * ns, parts
+
+    def key(self, i: int, now: float) -> tuple[float, ...]:
+        return (self.score_of(i, now)[0], -self.tasks.submit_s[i], -i)
+
+    def explain(self, i: int, now: float) -> tuple[float, tuple[float, ...]]:
+        return self.score_of(i, now)
+
+
+class IfsCounter(IfsMemoryless):
+    """The IFS scorer with one decayed per-tenant counter of service: research question 1.
+
+    Rule: ``score = w_backlog * norm_backlog + w_wait * norm_wait - w_service * norm_service``,
+    with ``norm_backlog`` and ``norm_wait`` exactly as ``ifs-memoryless``, and
+    ``norm_service_k = S_k(now) / max_j S_j(now)`` over the backlogged tenants (0 where that
+    maximum is 0), ``S_k(now) = S_k * 2**(-(now - t_k) / half_life_s)``. Highest wins, ties to
+    the earlier ``submit_s`` then position. With ``w_service = 0`` it decides as
+    ``ifs-memoryless``. State: per tenant ``S_k`` (seconds of service, decayed) and ``t_k``
+    (when it was written), written only on a completion record, with the record's real
+    ``duration_s``: ``S_k <- S_k(now) + duration_s, t_k <- now``; the live service can keep
+    them in the row it writes for that record. Cost: the service term is shared by a
+    tenant's tasks, so only each tenant's oldest task can win, as in ``ifs-memoryless``:
+    O(K) vectorised work over the K backlogged tenants per decision, O(1) per completion.
+    Source: the Document Enrichment Service's scorer (DESIGN.md) with a decayed usage
+    counter in the manner of the Slurm multifactor fair-share factor's half-life decay.
+    """
+
+    name = "ifs-counter"
+    summary = IfsCounterNaive.summary
+    Params = IfsCounterParams  # type: ignore[assignment]
+    components = IfsCounterNaive.components  # type: ignore[assignment]
+    naive = IfsCounterNaive
+    params: IfsCounterParams
+
+    def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
+        super().__init__(tasks, params)
+        cap = max(16, len(tasks.tenant_names))
+        self.service_s = np.zeros(cap, dtype=np.float64)
+        self.service_at_s = np.zeros(cap, dtype=np.float64)
+
+    def _ensure(self, k: int) -> None:
+        """Room for tenant code ``k`` (the live service adds tenants)."""
+        cap = len(self.service_s)
+        if k < cap:
+            return
+        grown = max(2 * cap, k + 1)
+        self.service_s = np.concatenate([self.service_s, np.zeros(grown - cap)])
+        self.service_at_s = np.concatenate([self.service_at_s, np.zeros(grown - cap)])
+
+    def decayed_service_s(self, k: int, now: float) -> float:
+        """Tenant ``k``'s counter decayed to ``now``."""
+        if k >= len(self.service_s):
+            return 0.0
+        return decayed(
+            float(self.service_s[k]), float(self.service_at_s[k]), now, self.params.half_life_s
+        )
+
+    def complete(self, i: int, now: float, duration_s: float) -> None:
+        k = self.tasks.tenant[i]
+        self._ensure(k)
+        self.service_s[k] = self.decayed_service_s(k, now) + duration_s
+        self.service_at_s[k] = now
+
+    def push(self, i: int, now: float) -> None:
+        self._ensure(self.tasks.tenant[i])
+        super().push(i, now)
+
+    def pop(self, now: float) -> int:
+        q = self.queues
+        n = q.n
+        p = self.params
+        backlog = q.backlog[:n]
+        head_submit = q.head_submit[:n]
+        norm_backlog = backlog / backlog.max()
+        max_wait = now - head_submit.min()
+        if max_wait > 0:
+            norm_wait = (now - head_submit) / max_wait
+        else:
+            norm_wait = np.zeros(n)
+        tenant = q.tenant[:n]
+        service = self.service_s[tenant] * np.exp2(
+            -(now - self.service_at_s[tenant]) / p.half_life_s
+        )
+        max_service = service.max()
+        if max_service > 0:
+            norm_service = service / max_service
+        else:
+            norm_service = np.zeros(n)
+        score = p.w_backlog * norm_backlog + p.w_wait * norm_wait - p.w_service * norm_service
+        slot = pick_slot(score, head_submit, q.head_pos[:n])
+        self.score = float(score[slot])
+        self.parts = (
+            float(norm_backlog[slot]),
+            float(norm_wait[slot]),
+            float(norm_service[slot]),
+        )
+        return q.pop_tenant(int(tenant[slot]))
