@@ -20,6 +20,10 @@ COMMANDS: dict[str, str] = {
     "simulate": "desched.cli.sim:simulate",
     "compare": "desched.cli.sim:compare",
     "policies": "desched.cli.sim:policies",
+    "serve": "desched.cli.service:serve",
+    "tenants": "desched.cli.service:tenants",
+    "workers": "desched.cli.service:workers",
+    "policy": "desched.cli.service:policy",
 }
 
 

@@ -1,0 +1,416 @@
+"""The HTTP API (FastAPI): ``create_app(settings)`` builds it around one ``Scheduler``.
+
+Tenants submit and read their tasks; workers poll, heartbeat, complete and fail. Every
+route names its role's bearer token in OpenAPI. Refusals are JSON ``{"detail": ...}`` with a
+4xx status: 401 without a known token, 403 for the wrong role or another worker's lease, 404
+for a task the tenant does not own, 409 for a late or stale lease or a reused idempotency
+key, 413 for a body over ``max_body_bytes``, 422 for a malformed body. A database that cannot
+be reached gives 503.
+
+Endpoints are coroutines that call the scheduler directly on the event loop (a state
+change holds its lock well under a millisecond: the decision in memory plus queueing the
+write) and then await the writer thread's commit of that write without blocking the loop,
+so requests that arrive while one transaction commits share the next one (group commit).
+Reads of the database (a task's record, an unknown token) block the loop for one short
+query. The housekeeper is a thread.
+"""
+
+import asyncio
+import json
+import logging
+import math
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, Request, Response
+from fastapi import Path as PathParam
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from desched.errors import DeschedError
+from desched.service import models as m
+from desched.service.decision_log import DecisionLog
+from desched.service.scheduler import (
+    Clock,
+    DurationPredictor,
+    NewTask,
+    Pending,
+    Scheduler,
+    ServiceError,
+    Unavailable,
+)
+from desched.service.settings import ServiceSettings
+from desched.service.store import Role, Store
+
+logger = logging.getLogger("desched.service")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over ``max_bytes`` (declared or streamed) gets 413.
+
+    The body is read here, at most ``max_bytes + 1`` bytes of it, and replayed to the app.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def _refuse(self, send: Send) -> None:
+        body = json.dumps(
+            {"detail": f"request body is larger than {self.max_bytes} bytes"}
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope["headers"]:
+            if name == b"content-length" and (not value.isdigit() or int(value) > self.max_bytes):
+                await self._refuse(send)
+                return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._refuse(send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+COMMIT_TIMEOUT_S = 30.0
+
+
+async def committed(pending: Pending | None) -> None:
+    """Wait, without blocking the event loop, until the writer has committed ``pending``.
+
+    After ``COMMIT_TIMEOUT_S`` the request gets 503; the write may still commit later, which
+    the protocol tolerates: an unheard lease expires, a submit is retried with its key.
+    """
+    if pending is None:
+        return
+    try:
+        await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(pending)), COMMIT_TIMEOUT_S)
+    except TimeoutError:
+        raise Unavailable("the database did not commit in time; retry") from None
+
+
+def load_predictor(registry: Path | None) -> DurationPredictor | None:
+    """The registry's champion, or None (no registry, no champion, or no predictor module)."""
+    if registry is None or not Path(registry).exists():
+        return None
+    try:
+        from desched.predictor import load_or_none
+    except ImportError:
+        return None
+    predictor, reason = load_or_none(registry)
+    if predictor is None:
+        logger.warning("no duration predictor: %s", reason)
+    return predictor
+
+
+class Housekeeper(threading.Thread):
+    """Expires leases and picks up policy switches every ``period_s``."""
+
+    def __init__(self, scheduler: Scheduler, period_s: float) -> None:
+        super().__init__(name="desched-housekeeper", daemon=True)
+        self.scheduler = scheduler
+        self.period_s = period_s
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.period_s):
+            try:
+                self.scheduler.sweep()
+                self.scheduler.refresh_policy()
+            except Exception:  # keep sweeping; the next round retries
+                logger.exception("housekeeping failed")
+
+
+def build_scheduler(settings: ServiceSettings) -> Scheduler:
+    """A scheduler over the settings' database, predictor and decision-log folder."""
+    store = Store(settings.db, durability=settings.durability)
+    return Scheduler(
+        store,
+        write_store=Store(settings.db, durability=settings.durability),
+        lease_s=settings.lease_s,
+        max_retries=settings.max_retries,
+        clock=Clock(),
+        log=DecisionLog(settings.log_dir),
+        predictor=load_predictor(settings.predictor_registry),
+        policy=settings.policy,
+        policy_params=settings.policy_params,
+    )
+
+
+def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) -> FastAPI:
+    """The API over ``scheduler`` (built from ``settings`` when not given); the scheduler is
+    started, and its housekeeper run, for the lifetime of the app."""
+    sched = scheduler if scheduler is not None else build_scheduler(settings)
+    bearer = HTTPBearer(auto_error=False, description="a tenant or worker token")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        sched.start()
+        keeper = Housekeeper(sched, settings.sweep_s)
+        keeper.start()
+        try:
+            yield
+        finally:
+            keeper.stopped.set()
+            keeper.join(timeout=5)
+            sched.stop()
+
+    app = FastAPI(
+        title="desched",
+        version="1",
+        summary="Task orchestrator of the multi-tenant Document Enrichment Service",
+        lifespan=lifespan,
+        responses={
+            401: {"model": m.Problem, "description": "missing or unknown token"},
+            403: {"model": m.Problem, "description": "token of the wrong role"},
+            413: {"model": m.Problem, "description": "body too large"},
+            422: {"model": m.Problem, "description": "malformed request"},
+            503: {"model": m.Problem, "description": "database unreachable"},
+        },
+    )
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+
+    @app.exception_handler(ServiceError)
+    async def refused(request: Request, exc: ServiceError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def malformed(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # The offending input is not echoed: it may be huge, or not JSON (NaN, bytes).
+        errors = [
+            {
+                "loc": [str(p) for p in e.get("loc", ())],
+                "msg": str(e.get("msg", "")),
+                "type": str(e.get("type", "")),
+            }
+            for e in exc.errors()[:20]
+        ]
+        return JSONResponse({"detail": errors}, status_code=422)
+
+    @app.exception_handler(DeschedError)
+    async def bad(request: Request, exc: DeschedError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=400)
+
+    def storage_error(exc: Exception) -> JSONResponse:
+        logger.error("storage error: %s", exc)
+        return JSONResponse(
+            {"detail": f"storage unavailable ({type(exc).__name__})"}, status_code=503
+        )
+
+    import sqlite3
+
+    app.add_exception_handler(sqlite3.Error, lambda r, e: storage_error(e))
+    try:
+        import psycopg
+
+        app.add_exception_handler(psycopg.Error, lambda r, e: storage_error(e))
+    except ImportError:
+        pass
+
+    def role_of(creds: HTTPAuthorizationCredentials | None, role: Role) -> str:
+        if creds is None:
+            raise _Unauthorized("missing bearer token (Authorization: Bearer <token>)")
+        found = sched.principal(creds.credentials)
+        if found is None:
+            raise _Unauthorized("unknown token")
+        if found.role is not role:
+            raise _Forbidden(f"this route needs a {role.value} token")
+        return found.name
+
+    Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+
+    async def tenant(creds: Credentials) -> str:
+        return role_of(creds, Role.TENANT)
+
+    async def worker(creds: Credentials) -> str:
+        return role_of(creds, Role.WORKER)
+
+    Tenant = Annotated[str, Depends(tenant)]
+    Worker = Annotated[str, Depends(worker)]
+    TaskId = Annotated[str, PathParam(pattern=m.TASK_ID_PATTERN, description="task id")]
+
+    @app.exception_handler(_Unauthorized)
+    async def unauthorized(request: Request, exc: _Unauthorized) -> JSONResponse:
+        return JSONResponse(
+            {"detail": str(exc)}, status_code=401, headers={"WWW-Authenticate": "Bearer"}
+        )
+
+    @app.post(
+        "/v1/tasks",
+        response_model=m.Submitted,
+        status_code=201,
+        tags=["tenants"],
+        responses={
+            200: {"model": m.Submitted, "description": "replay of an earlier submit"},
+            409: {"model": m.Problem, "description": "key reused for other tasks"},
+        },
+    )
+    async def submit(
+        body: m.TaskList | m.TaskIn,
+        tenant: Tenant,
+        response: Response,
+        idempotency_key: Annotated[
+            str | None,
+            Header(
+                pattern=m.NAME_PATTERN,
+                description="a retry with the same key and tasks creates nothing new",
+            ),
+        ] = None,
+    ) -> m.Submitted:
+        """Submit one task or a list; the predicted duration is computed here, once."""
+        items = body if isinstance(body, list) else [body]
+        ids, created, pending = sched.submit(
+            tenant, [NewTask(**t.model_dump()) for t in items], idempotency_key
+        )
+        await committed(pending)
+        if not created:
+            response.status_code = 200
+        return m.Submitted(task_ids=ids, created=created)
+
+    @app.get(
+        "/v1/tasks/{task_id}",
+        response_model=m.TaskView,
+        tags=["tenants"],
+        responses={404: {"model": m.Problem, "description": "no such task of this tenant"}},
+    )
+    async def get_task(task_id: TaskId, tenant: Tenant) -> m.TaskView:
+        """State, times and result reference of one of the tenant's tasks."""
+        return m.TaskView(**sched.task_view(tenant, task_id))
+
+    @app.post(
+        "/v1/poll",
+        response_model=m.LeaseOut,
+        tags=["workers"],
+        responses={204: {"description": "no queued task"}},
+    )
+    async def poll(body: m.PollIn, worker: Worker) -> Any:
+        """The policy's choice for this worker, with a lease; 204 when there is none."""
+        grant, pending = sched.poll(worker, body.worker_id, body.free_mem_mb)
+        if grant is None:
+            return Response(status_code=204)
+        await committed(pending)
+        t = grant.task
+        # Built as a plain dict (the hot path): the fields are those of ``LeaseOut``.
+        return JSONResponse(
+            {
+                "task_id": t.task_id,
+                "lease_id": grant.lease_id,
+                "lease_expires_at": grant.lease_expires_at,
+                "attempt": grant.attempt,
+                "tenant": t.tenant,
+                "task_type": t.task_type,
+                "document_ref": t.document_ref,
+                "doc_bytes": t.doc_bytes,
+                "pages": t.pages,
+                "mem_mb": t.mem_mb,
+                "predicted_s": None if math.isnan(t.predicted_s) else t.predicted_s,
+            }
+        )
+
+    lease_errors: dict[int | str, dict[str, Any]] = {
+        404: {"model": m.Problem, "description": "no such task"},
+        409: {"model": m.Problem, "description": "the lease ended or was superseded"},
+    }
+
+    @app.post(
+        "/v1/tasks/{task_id}/heartbeat",
+        response_model=m.HeartbeatOut,
+        tags=["workers"],
+        responses=lease_errors,
+    )
+    async def heartbeat(task_id: TaskId, body: m.LeaseIn, worker: Worker) -> m.HeartbeatOut:
+        """Extend the lease by the lease period."""
+        expires, pending = sched.heartbeat(worker, task_id, body.lease_id)
+        await committed(pending)
+        return m.HeartbeatOut(lease_expires_at=expires)
+
+    @app.post(
+        "/v1/tasks/{task_id}/complete", status_code=204, tags=["workers"], responses=lease_errors
+    )
+    async def complete(task_id: TaskId, body: m.CompleteIn, worker: Worker) -> Response:
+        """Report success with the real duration, peak memory and result reference."""
+        await committed(
+            sched.complete(
+                worker, task_id, body.lease_id, body.duration_s, body.peak_mem_mb, body.result_ref
+            )
+        )
+        return Response(status_code=204)
+
+    @app.post(
+        "/v1/tasks/{task_id}/fail",
+        response_model=m.FailOut,
+        tags=["workers"],
+        responses=lease_errors,
+    )
+    async def fail(task_id: TaskId, body: m.FailIn, worker: Worker) -> m.FailOut:
+        """Report failure: the task retries up to the limit, then is dead-lettered."""
+        state, pending = sched.fail(worker, task_id, body.lease_id, body.error, body.retryable)
+        await committed(pending)
+        return m.FailOut(state=state.value)
+
+    @app.get("/healthz", response_model=m.Health, tags=["operations"])
+    async def healthz() -> m.Health:
+        """Liveness, the live policy and queue sizes."""
+        return m.Health(**sched.health())
+
+    @app.get("/metrics", response_class=PlainTextResponse, tags=["operations"])
+    async def metrics() -> PlainTextResponse:
+        """Prometheus text: queue length per tenant, decisions, lease expiries, latency."""
+        return PlainTextResponse(
+            sched.metrics(), media_type="text/plain; version=0.0.4; charset=utf-8"
+        )
+
+    app.state.scheduler = sched
+    return app
+
+
+class _Unauthorized(ServiceError):
+    status = 401
+
+
+class _Forbidden(ServiceError):
+    status = 403

@@ -1,0 +1,132 @@
+"""Request and response bodies of the HTTP API, with the limits that keep bad input a 4xx.
+
+Every string is bounded and may hold neither NUL nor lone surrogates (PostgreSQL and UTF-8
+refuse both); every number is finite and bounded; unknown fields are refused.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+MAX_TASKS_PER_SUBMIT = 1000
+"""Most tasks one submit may carry."""
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$"
+"""Tenant, worker and worker-instance names, task types, idempotency keys."""
+TASK_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+MAX_TEXT = 2048
+
+
+def _printable(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode (no lone surrogates)") from None
+    return value
+
+
+Text = Annotated[str, Field(max_length=MAX_TEXT), AfterValidator(_printable)]
+Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+Seconds = Annotated[float, Field(gt=0, le=1e9, allow_inf_nan=False)]
+MemoryMb = Annotated[float, Field(ge=0, le=1e9, allow_inf_nan=False)]
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TaskIn(Body):
+    """One document enrichment request."""
+
+    task_type: Name = Field(description="enrichment asked for: ocr_clean, extract, ...")
+    document_ref: Text = Field("", description="where the worker reads the document")
+    doc_bytes: int | None = Field(None, ge=0, le=2**50, description="document size, bytes")
+    pages: int | None = Field(None, ge=0, le=10**7, description="document pages")
+    mem_mb: MemoryMb | None = Field(None, description="memory the task is expected to need")
+
+
+TaskList = Annotated[list[TaskIn], Field(min_length=1, max_length=MAX_TASKS_PER_SUBMIT)]
+
+
+class Submitted(Body):
+    task_ids: list[str] = Field(description="ids of the tasks, in the order submitted")
+    created: bool = Field(description="false when an earlier submit with this key is replayed")
+
+
+class TaskView(Body):
+    task_id: str
+    tenant: str
+    task_type: str
+    state: str = Field(description="queued, leased, done or dead")
+    attempts: int = Field(description="leases granted so far")
+    submit_s: float
+    start_s: float | None = Field(None, description="start of the latest attempt")
+    end_s: float | None
+    predicted_s: float | None
+    duration_s: float | None = Field(None, description="real duration, as the worker reported")
+    peak_mem_mb: float | None
+    result_ref: str | None = Field(None, description="where the worker put the result")
+    error: str | None = Field(None, description="the latest failure, if any")
+
+
+class PollIn(Body):
+    worker_id: Name = Field(description="the polling instance of this worker (slot, GPU, ...)")
+    free_mem_mb: MemoryMb | None = Field(None, description="memory free on the worker")
+
+
+class LeaseOut(Body):
+    task_id: str
+    lease_id: str = Field(description="present it on heartbeat, complete and fail")
+    lease_expires_at: float = Field(description="epoch seconds; heartbeat before then")
+    attempt: int
+    tenant: str
+    task_type: str
+    document_ref: str
+    doc_bytes: int | None
+    pages: int | None
+    mem_mb: float | None
+    predicted_s: float | None
+
+
+class LeaseIn(Body):
+    lease_id: Annotated[str, Field(min_length=1, max_length=64, pattern=TASK_ID_PATTERN)]
+
+
+class HeartbeatOut(Body):
+    lease_expires_at: float
+
+
+class CompleteIn(LeaseIn):
+    duration_s: Seconds = Field(description="real service time of the task")
+    peak_mem_mb: MemoryMb | None = Field(None, description="peak memory the task used")
+    result_ref: Text | None = Field(None, description="where the result was put")
+
+
+class FailIn(LeaseIn):
+    error: Text = Field(description="what went wrong")
+    retryable: bool = Field(True, description="false dead-letters the task at once")
+
+
+class FailOut(Body):
+    state: str = Field(description="queued (will retry) or dead (dead-lettered)")
+
+
+class Problem(Body):
+    detail: str | list[object]
+
+
+class Health(Body):
+    status: str = Field(
+        description="ok, or degraded while memory waits to be rebuilt from an unreachable database"
+    )
+    policy: str
+    params: dict[str, object]
+    queued: int
+    leased: int
+    predictor: bool
+    policy_error: str | None = Field(
+        None, description="why the last recorded policy switch was refused, if it was"
+    )

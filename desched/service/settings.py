@@ -1,0 +1,71 @@
+"""The service's settings: one pydantic-settings model, environment prefix ``DESCHED_``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_DB = "data/desched.db"
+
+
+class ServiceSettings(BaseSettings):
+    """Everything ``desched serve`` reads; each field also reads ``DESCHED_<NAME>``."""
+
+    model_config = SettingsConfigDict(env_prefix="DESCHED_", extra="forbid", frozen=True)
+
+    db: str = Field(
+        DEFAULT_DB,
+        description="state database: a SQLite file path (or sqlite:///path), or a "
+        "postgresql:// URL",
+    )
+    host: str = Field("127.0.0.1", description="address the HTTP server binds")
+    port: int = Field(8000, ge=0, le=65535, description="TCP port the HTTP server binds")
+    lease_s: float = Field(
+        30.0,
+        gt=0,
+        le=86_400,
+        description="seconds a worker holds a task without a heartbeat before it is requeued",
+    )
+    max_retries: int = Field(
+        3,
+        ge=0,
+        le=100,
+        description="failed or expired attempts a task may retry before it is dead-lettered",
+    )
+    max_body_bytes: int = Field(
+        1_048_576, ge=1024, description="largest request body accepted; larger gets 413"
+    )
+    policy: str | None = Field(
+        None,
+        description="policy to run; when set it is also recorded as the live policy, else "
+        "the live policy recorded in the database is used (default ifs-memoryless)",
+    )
+    policy_params: dict[str, str] = Field(
+        default_factory=dict, description="parameters of ``policy`` (name -> value)"
+    )
+    log_dir: Path = Field(
+        Path("data/logs"),
+        description="folder of the decision log (JSON lines, one file per process and day)",
+    )
+    sweep_s: float = Field(
+        0.25,
+        gt=0,
+        le=60,
+        description="period of the housekeeper that expires leases and picks up a policy switch",
+    )
+    predictor_registry: Path | None = Field(
+        Path("models"),
+        description="model registry whose champion predicts durations at submit; None or a "
+        "missing registry leaves predicted_s unset",
+    )
+    durability: Literal["process", "machine"] = Field(
+        "process",
+        description="what an acknowledged write survives. process: a crash of the service "
+        "(SIGKILL), but the last commits may be lost if the machine or the database server "
+        "goes down (SQLite synchronous=NORMAL under WAL; PostgreSQL synchronous_commit=off: "
+        "never corrupt, only the last ~0.2 s of commits at risk). machine: that too, at one "
+        "WAL flush per commit (SQLite synchronous=FULL; PostgreSQL synchronous_commit=on)",
+    )
