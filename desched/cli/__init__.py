@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "simulate": "desched.cli.sim:simulate",
     "compare": "desched.cli.sim:compare",
     "policies": "desched.cli.sim:policies",
+    "ingest": "desched.cli.pipeline:ingest",
     "serve": "desched.cli.service:serve",
     "tenants": "desched.cli.service:tenants",
     "workers": "desched.cli.service:workers",

@@ -1,0 +1,44 @@
+"""Pipeline commands: ``desched ingest`` (the ``ingest-logs`` flow, run once, here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from desched.errors import DeschedError
+from desched.warehouse import DEFAULT_DB
+
+
+@click.command("ingest")
+@click.option(
+    "--logs", "logs_dir", required=True, type=click.Path(path_type=Path),
+    help="Folder of decision/completion logs (*log*.parquet, *log*.jsonl), read recursively.",
+)
+@click.option(
+    "--db", "db_path", default=str(DEFAULT_DB), show_default=True,
+    type=click.Path(path_type=Path, dir_okay=False), help="DuckDB warehouse (created if absent).",
+)
+@click.option(
+    "--task-types", default=None,
+    help="Known task types: comma-separated names and re:PATTERNs "
+    "[default: ocr_clean, extract, classify, embed, unknown, re:app\\d+, re:q\\d+].",
+)
+@click.option(
+    "--gx-every-row", is_flag=True,
+    help="Have Great Expectations check every row, not an audit sample (slower).",
+)
+def ingest(logs_dir: Path, db_path: Path, task_types: str | None, gx_every_row: bool) -> None:
+    """Load new and grown log files into the warehouse; quarantine rows that break a rule.
+
+    Runs the ingest-logs Prefect flow once. Re-running it on the same files adds nothing.
+    Prints one line: files read, rows loaded, rows quarantined by rule.
+    """
+    if not logs_dir.is_dir():
+        raise DeschedError(f"logs folder {logs_dir} does not exist or is not a folder")
+    if db_path.is_dir():
+        raise DeschedError(f"--db {db_path} is a folder; give the warehouse file's path")
+    from flows.ingest import ingest_logs
+
+    summary = ingest_logs(str(logs_dir), str(db_path), task_types, gx_every_row)
+    click.echo(summary.line())

@@ -1,0 +1,118 @@
+"""Prefect tasks of log ingestion: thin I/O around ``desched.warehouse``.
+
+Every task opens its own DuckDB connection and closes it. Only I/O failures are retried (a
+file system hiccup, the warehouse locked by another process); bad input (``DeschedError``) and
+bugs fail at once. Files are loaded one task each, in one transaction each, so a retry
+re-reads the same bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import polars as pl
+from prefect import task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+
+from desched.validation import AuditResult, gx_auditor
+from desched.warehouse import (
+    FileReport,
+    FileWork,
+    IngestSettings,
+    IngestSummary,
+    open_warehouse,
+    plan,
+    report_markdown,
+    report_table,
+    table_counts,
+)
+from desched.warehouse import ingest_file as load_file
+
+
+def _transient(task: Any, task_run: Any, state: Any) -> bool:
+    """Retry I/O errors only: a locked warehouse, a file system hiccup."""
+    exc = getattr(state.data, "result", state.data)  # the exception, or its result record
+    return isinstance(exc, (OSError, duckdb.IOException))
+
+
+RETRY_DELAYS_S = [2.0, 10.0, 30.0]
+
+
+@task(
+    name="prepare-warehouse",
+    retries=len(RETRY_DELAYS_S),
+    retry_delay_seconds=RETRY_DELAYS_S,
+    retry_condition_fn=_transient,
+    cache_policy=NO_CACHE,
+)
+def prepare_warehouse(db_path: str) -> dict[str, int]:
+    """Create the warehouse and its tables if needed; return rows per table."""
+    with open_warehouse(db_path) as con:
+        return table_counts(con)
+
+
+@task(
+    name="plan-ingestion",
+    retries=len(RETRY_DELAYS_S),
+    retry_delay_seconds=RETRY_DELAYS_S,
+    retry_condition_fn=_transient,
+    cache_policy=NO_CACHE,
+)
+def plan_ingestion(
+    logs_dir: str, db_path: str, settings: IngestSettings
+) -> tuple[list[FileWork], int]:
+    """The files that are new or changed since the last run, and how many are unchanged."""
+    with open_warehouse(db_path) as con:
+        return plan(con, logs_dir, settings)
+
+
+@task(
+    name="ingest-log-file",
+    task_run_name="ingest-{work.path}",
+    retries=len(RETRY_DELAYS_S),
+    retry_delay_seconds=RETRY_DELAYS_S,
+    retry_condition_fn=_transient,
+    cache_policy=NO_CACHE,
+)
+def ingest_log_file(work: FileWork, db_path: str, settings: IngestSettings) -> FileReport:
+    """Read, check and load one log file in one transaction; the report carries the rows
+    for the GX audit (or GX has checked every row already, with ``audit_rows=None``)."""
+    with open_warehouse(db_path, settings.duckdb_memory_limit) as con:
+        return load_file(con, work, settings)
+
+
+@task(name="audit-with-great-expectations", cache_policy=NO_CACHE)
+def audit_with_gx(sample: pl.DataFrame, settings: IngestSettings) -> AuditResult:
+    """Run the GX suite over an audit sample of loaded rows; fail (``RuleMismatch``) where GX
+    and the polars rules that routed the rows disagree."""
+    return gx_auditor(settings.task_types).audit(sample)
+
+
+@task(
+    name="count-warehouse-rows",
+    retries=len(RETRY_DELAYS_S),
+    retry_delay_seconds=RETRY_DELAYS_S,
+    retry_condition_fn=_transient,
+    cache_policy=NO_CACHE,
+)
+def count_warehouse_rows(db_path: str) -> dict[str, int]:
+    with open_warehouse(db_path) as con:
+        return table_counts(con)
+
+
+@task(name="publish-ingest-report", cache_policy=NO_CACHE)
+def publish_ingest_report(summary: IngestSummary, logs_dir: str, db_path: str) -> None:
+    """A markdown artifact (totals, rows quarantined by rule, files quarantined whole) and a
+    table artifact (one row per file), both under stable keys so runs line up in the UI."""
+    create_markdown_artifact(
+        key="ingest-logs",
+        markdown=report_markdown(summary, logs_dir, db_path),
+        description=summary.line(),
+    )
+    rows = report_table(summary)
+    if rows:
+        create_table_artifact(
+            key="ingest-logs-files", table=rows, description="Files read by this run"
+        )

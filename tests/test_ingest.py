@@ -1,0 +1,423 @@
+"""Log ingestion: rules and quarantine, incremental and idempotent loads, the flow's report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+import pytest
+
+from desched.policies import make_policy
+from desched.runs import write_run
+from desched.simulator import simulate
+from desched.validation import Rule, TaskTypes, gx_auditor
+from desched.warehouse import (
+    IngestSettings,
+    audit_samples,
+    ingest_file,
+    open_warehouse,
+    plan,
+    table_counts,
+)
+from tests.builders import T, make_frame, make_tasks
+
+DROP = object()
+
+
+def decision(seq: int, t: float, task_id: Any, **over: Any) -> dict[str, Any]:
+    record = {
+        "kind": "decision", "seq": seq, "t": t, "worker": 0, "task_id": task_id,
+        "tenant": "a", "policy": "fifo", "score": 1.0, "queue_len": 1, "tenant_backlog": 1,
+        "wait_s": 0.0,
+    }
+    return {k: v for k, v in {**record, **over}.items() if v is not DROP}
+
+
+def completion(seq: int, t: float, task_id: Any, **over: Any) -> dict[str, Any]:
+    duration = over.get("duration_s", 1.0)
+    record = {
+        "kind": "completion", "seq": seq, "t": t, "worker": 0, "task_id": task_id,
+        "tenant": "a", "task_type": "extract", "submit_s": 0.0, "start_s": t - max(duration, 0),
+        "duration_s": duration, "status": "ok", "peak_mem_mb": None, "pages": 3,
+    }
+    return {k: v for k, v in {**record, **over}.items() if v is not DROP}
+
+
+def write_jsonl(path: Path, records: list[Any], tail: str = "") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [r if isinstance(r, str) else json.dumps(r) for r in records]
+    path.write_text("".join(line + "\n" for line in lines) + tail)
+    return path
+
+
+def simulated_log(folder: Path) -> Path:
+    """A run folder of the simulator; its decision-log.parquet has 6 decisions, 6 completions."""
+    tasks = (
+        T("a", 0, 3), T("b", 0, 2, task_type="ocr_clean"), T("a", 1, 1),
+        T("c", 2, 4, task_type="embed"), T("b", 2, 1, task_type="classify"), T("a", 5, 2),
+    )
+    table = make_tasks(*tasks)
+    result = simulate(table, make_policy("ifs-memoryless", table), 2)
+    write_run(folder, make_frame(*tasks), result, components=("norm_backlog", "norm_wait"),
+              params={}, seed=0)
+    return folder / "decision-log.parquet"
+
+
+# Every kind of bad row, one each (two duplicates), between good ones. Line numbers = list
+# positions.
+BAD_LOG: list[Any] = [
+    decision(0, 0.0, "t0"),                                   # 0 good
+    decision(1, 0.0, "t1"),                                   # 1 good
+    completion(2, 1.0, "t0"),                                 # 2 good
+    decision(3, "soon", "t2"),                                # 3 bad_type (t)
+    decision(4, 1.0, None),                                   # 4 missing_key (task_id)
+    decision(5, 1.0, "t9", kind="heartbeat"),                 # 5 unknown_kind
+    decision(6, 1.5, "t3", score=DROP),                       # 6 missing_value (score)
+    completion(7, 2.0, "t1", duration_s=0.0),                 # 7 non_positive_duration
+    completion(8, 2.0, "t2", task_type="translate"),          # 8 unknown_task_type
+    decision(9, 0.5, "t4"),                                   # 9 time_out_of_order
+    decision(2, 2.5, "t5"),                                   # 10 duplicate_id (seq 2)
+    completion(11, 3.0, "t0"),                                # 11 duplicate_id (task t0)
+    "this is not json",                                       # 12 malformed_record
+    completion(13, 4.0, "t3", task_type="app12"),             # 13 good (an SWF task type)
+    decision(14, 4.0, "t6"),                                  # 14 good
+]
+BAD_LINES = {
+    3: "bad_type", 4: "missing_key", 5: "unknown_kind", 6: "missing_value",
+    7: "non_positive_duration", 8: "unknown_task_type", 9: "time_out_of_order",
+    10: "duplicate_id", 11: "duplicate_id", 12: "malformed_record",
+}
+
+
+def run_once(logs: Path, db: Path, settings: IngestSettings | None = None) -> list[Any]:
+    """The pure path the flow's tasks wrap: plan, then load every planned file."""
+    settings = settings or IngestSettings()
+    with open_warehouse(db) as con:
+        work, _ = plan(con, logs, settings)
+        reports = [ingest_file(con, w, settings) for w in work]
+    audit_samples(reports, lambda: gx_auditor(settings.task_types))
+    return reports
+
+
+def query(db: Path, sql: str) -> pl.DataFrame:
+    with duckdb.connect(str(db)) as con:
+        return con.sql(sql).pl()
+
+
+def counts(db: Path) -> dict[str, int]:
+    with duckdb.connect(str(db)) as con:
+        return table_counts(con)
+
+
+# --- the flow -----------------------------------------------------------------------------------
+
+
+def test_a_clean_log_loads_every_row_and_a_second_run_adds_nothing(prefect_harness, tmp_path):
+    from prefect.artifacts import Artifact
+
+    from flows.ingest import ingest_logs
+
+    log = simulated_log(tmp_path / "logs" / "run1")
+    db = tmp_path / "warehouse.duckdb"
+    first = ingest_logs(str(tmp_path / "logs"), str(db))
+    assert (first.files_read, first.decisions_loaded, first.completions_loaded) == (1, 6, 6)
+    assert first.rows_quarantined == 0
+    after_first = counts(db)
+    assert after_first == {"decisions": 6, "completions": 6, "quarantine": 0, "ingested_files": 1}
+    raw = pl.read_parquet(log)
+    loaded = query(db, "SELECT * FROM decisions ORDER BY seq")
+    expected = raw.filter(pl.col("kind") == "decision").sort("seq")
+    assert loaded["task_id"].to_list() == expected["task_id"].to_list()
+    assert loaded["norm_wait"].to_list() == expected["norm_wait"].to_list()
+    assert set(query(db, "SELECT DISTINCT source FROM completions")["source"]) == {str(log)}
+
+    second = ingest_logs(str(tmp_path / "logs"), str(db))
+    assert (second.files_seen, second.files_read, second.rows_loaded) == (1, 0, 0)
+    assert counts(db) == after_first
+    report = Artifact.get("ingest-logs")
+    assert report is not None and "| rows loaded | 0 |" in str(report.data)
+
+
+def test_every_kind_of_bad_row_ends_in_quarantine_with_its_rule_and_file(prefect_harness, tmp_path):
+    from prefect.artifacts import Artifact
+
+    from flows.ingest import ingest_logs
+
+    log = write_jsonl(tmp_path / "logs" / "service-log.jsonl", BAD_LOG)
+    db = tmp_path / "warehouse.duckdb"
+    summary = ingest_logs(str(tmp_path / "logs"), str(db))
+
+    assert (summary.decisions_loaded, summary.completions_loaded) == (3, 2)
+    quarantined = query(db, "SELECT * FROM quarantine ORDER BY row_in_file")
+    assert dict(zip(quarantined["row_in_file"], quarantined["rule"])) == BAD_LINES
+    assert set(quarantined["source"]) == {str(log)}
+    assert summary.quarantined_by_rule == {
+        "bad_type": 1, "missing_key": 1, "unknown_kind": 1, "missing_value": 1,
+        "non_positive_duration": 1, "unknown_task_type": 1, "time_out_of_order": 1,
+        "duplicate_id": 2, "malformed_record": 1,
+    }
+    by_line = {r["row_in_file"]: r for r in quarantined.iter_rows(named=True)}
+    assert by_line[3]["rules"] == "bad_type,missing_value" and "t" in by_line[3]["detail"]
+    assert by_line[6]["detail"] == "null: score"
+    assert json.loads(by_line[8]["record"])["task_type"] == "translate"
+    assert by_line[12]["record"] == "this is not json"
+    loaded = query(db, "SELECT seq FROM decisions UNION ALL SELECT seq FROM completions")
+    assert sorted(loaded["seq"]) == [0, 1, 2, 13, 14]
+    assert query(db, "SELECT pages FROM completions WHERE seq = 13")["pages"].to_list() == [3]
+    assert summary.gx_rows_checked == len(BAD_LOG) - 1  # GX re-checked every record
+    markdown = str(Artifact.get("ingest-logs").data)  # type: ignore[union-attr]
+    assert "| non_positive_duration | 1 |" in markdown and "| duplicate_id | 2 |" in markdown
+
+
+def test_truncated_and_unreadable_files_are_quarantined_whole_and_the_others_still_load(
+    prefect_harness, tmp_path
+):
+    from flows.ingest import ingest_logs
+
+    logs = tmp_path / "logs"
+    good = simulated_log(logs / "run1")
+    data = good.read_bytes()
+    (logs / "cut").mkdir()
+    (logs / "cut" / "decision-log.parquet").write_bytes(data[: len(data) // 2])
+    (logs / "noise-log.parquet").write_bytes(b"not parquet at all" * 10)
+    (logs / "binary-log.jsonl").write_bytes(bytes(range(256)) * 4 + b"\n")
+    write_jsonl(logs / "tail-log.jsonl", [decision(0, 0.0, "x")])
+    db = tmp_path / "warehouse.duckdb"
+
+    summary = ingest_logs(str(logs), str(db))
+    assert summary.decisions_loaded == 6 + 1 and summary.completions_loaded == 6
+    whole = query(db, "SELECT source, rule, detail FROM quarantine WHERE row_in_file IS NULL")
+    rules = {
+        Path(s).relative_to(logs).as_posix(): r for s, r in zip(whole["source"], whole["rule"])
+    }
+    assert rules == {
+        "cut/decision-log.parquet": "truncated_file",
+        "noise-log.parquet": "unreadable_file",
+        "binary-log.jsonl": "unreadable_file",
+    }
+    assert sorted(Path(p).name for p in summary.files_quarantined) == [
+        "binary-log.jsonl", "decision-log.parquet", "noise-log.parquet"
+    ]
+    assert counts(db)["quarantine"] == 3
+    again = ingest_logs(str(logs), str(db))
+    assert again.files_read == 0 and counts(db)["quarantine"] == 3
+
+
+def test_the_ingest_command_prints_one_line_and_refuses_a_missing_folder(prefect_harness, tmp_path):
+    from click.testing import CliRunner
+
+    from desched.cli import cli
+
+    simulated_log(tmp_path / "logs" / "run1")
+    db = tmp_path / "w.duckdb"
+    ok = CliRunner().invoke(cli, ["ingest", "--logs", str(tmp_path / "logs"), "--db", str(db)])
+    assert ok.exit_code == 0, ok.output
+    assert "12 rows loaded (6 decisions, 6 completions); 0 rows quarantined" in ok.output
+    missing = CliRunner().invoke(cli, ["ingest", "--logs", str(tmp_path / "nope"), "--db", str(db)])
+    assert missing.exit_code == 2
+    assert "error: logs folder" in missing.output and "does not exist" in missing.output
+
+
+def test_a_missing_logs_folder_fails_the_flow_at_once_without_retries(prefect_harness, tmp_path):
+    from desched.errors import DeschedError
+    from flows.ingest import ingest_logs
+
+    with pytest.raises(DeschedError, match="does not exist"):
+        ingest_logs(str(tmp_path / "nope"), str(tmp_path / "w.duckdb"))
+
+
+def test_a_file_that_fails_to_load_is_rolled_back_and_reported_after_the_others_load(
+    prefect_harness, tmp_path, monkeypatch
+):
+    from prefect.artifacts import Artifact
+
+    import tasks.ingest
+    from desched.errors import DeschedError
+    from flows.ingest import ingest_logs
+
+    logs, db = tmp_path / "logs", tmp_path / "w.duckdb"
+    simulated_log(logs / "run1")
+    write_jsonl(logs / "broken-log.jsonl", [decision(0, 0.0, "x")])
+    real = tasks.ingest.load_file
+
+    def flaky(con, work, settings, auditor=None):
+        if work.path.endswith("broken-log.jsonl"):
+            raise RuntimeError("disk on fire")
+        return real(con, work, settings, auditor)
+
+    monkeypatch.setattr(tasks.ingest, "load_file", flaky)
+    with pytest.raises(DeschedError, match="1 log files failed to load.*broken-log.jsonl"):
+        ingest_logs(str(logs), str(db))
+    assert counts(db)["decisions"] == 6 and counts(db)["ingested_files"] == 1
+    assert "broken-log.jsonl" in str(Artifact.get("ingest-logs").data)  # type: ignore[union-attr]
+    monkeypatch.setattr(tasks.ingest, "load_file", real)
+    again = ingest_logs(str(logs), str(db))
+    assert again.files_read == 1 and again.decisions_loaded == 1
+
+
+# --- incremental loads (no Prefect) -------------------------------------------------------------
+
+
+def test_a_growing_jsonl_file_is_read_from_where_it_stopped(tmp_path):
+    logs, db = tmp_path / "logs", tmp_path / "w.duckdb"
+    first = [decision(0, 0.0, "a"), decision(1, 1.0, "b"), completion(2, 2.0, "a")]
+    partial = json.dumps(decision(3, 3.0, "c"))
+    log = write_jsonl(logs / "live-log.jsonl", first, tail=partial[:20])
+
+    [report] = run_once(logs, db)
+    assert (report.action, report.records_read, report.rows_loaded) == ("new", 3, 3)
+    assert report.pending_bytes == 20
+
+    with log.open("a") as f:
+        f.write(partial[20:] + "\n")
+        f.write(json.dumps(completion(4, 4.0, "b")) + "\n")
+        f.write(json.dumps(decision(1, 5.0, "d")) + "\n")  # seq 1 was read last run
+        f.write(json.dumps(completion(6, 6.0, "a")) + "\n")  # task a completed last run
+    [report] = run_once(logs, db)
+    assert (report.action, report.records_read, report.rows_loaded) == ("grown", 4, 2)
+    assert report.quarantined == {"duplicate_id": 2}
+    dupes = query(db, "SELECT row_in_file, detail FROM quarantine ORDER BY row_in_file")
+    assert dupes.rows() == [(5, "seq 1 seen before"), (6, "task a completed before")]
+    assert counts(db)["decisions"] + counts(db)["completions"] == 5
+    assert run_once(logs, db) == []
+
+
+def test_a_jsonl_file_that_shrank_is_reported_truncated_and_keeps_its_rows(tmp_path):
+    logs, db = tmp_path / "logs", tmp_path / "w.duckdb"
+    log = write_jsonl(logs / "live-log.jsonl", [decision(i, float(i), f"t{i}") for i in range(4)])
+    run_once(logs, db)
+    write_jsonl(log, [decision(0, 0.0, "t0")])
+    [report] = run_once(logs, db)
+    assert report.file_rule == "truncated_file" and "shrank" in (report.detail or "")
+    assert counts(db)["decisions"] == 4
+    assert run_once(logs, db) == []
+
+
+def test_a_parquet_log_touched_without_change_is_not_read_again(tmp_path):
+    import os
+
+    logs, db = tmp_path / "logs", tmp_path / "w.duckdb"
+    log = simulated_log(logs / "run1")
+    run_once(logs, db)
+    os.utime(log, ns=(log.stat().st_atime_ns, log.stat().st_mtime_ns + 10**9))
+    [report] = run_once(logs, db)
+    assert report.action == "touched" and report.records_read == 0
+    assert counts(db)["decisions"] == 6 and run_once(logs, db) == []
+
+
+def test_gx_checking_every_row_agrees_with_the_rules_on_every_kind_of_bad_row(tmp_path):
+    logs, db = tmp_path / "logs", tmp_path / "w.duckdb"
+    write_jsonl(logs / "a-log.jsonl", BAD_LOG)
+    [report] = run_once(logs, db, IngestSettings(audit_rows=None))
+    assert report.audited_rows == len(BAD_LOG) - 1 and report.audit_sample is None
+    assert report.rows_quarantined == len(BAD_LINES) and report.rows_loaded == 5
+
+
+def test_a_rewritten_parquet_log_replaces_what_its_earlier_version_loaded(tmp_path):
+    logs, db = tmp_path / "logs", tmp_path / "w.duckdb"
+    log = simulated_log(logs / "run1")
+    run_once(logs, db)
+    frame = pl.read_parquet(log)
+    frame.head(4).write_parquet(log)
+    [report] = run_once(logs, db)
+    assert report.action == "replaced" and report.records_read == 4
+    assert counts(db)["decisions"] + counts(db)["completions"] == 4
+
+
+def test_a_parquet_log_read_in_many_batches_checks_order_and_ids_across_batches(tmp_path):
+    logs, db = tmp_path / "logs", tmp_path / "w.duckdb"
+    records = [decision(i, float(i), f"t{i}") for i in range(10)]
+    records[7] = decision(3, 7.0, "t7")  # seq 3 again, in a later batch
+    records[8] = decision(8, 2.0, "t8")  # earlier than the record before
+    (logs).mkdir()
+    pl.DataFrame(records).write_parquet(logs / "decision-log.parquet")
+    [report] = run_once(logs, db, IngestSettings(batch_rows=3))
+    assert report.quarantined == {"duplicate_id": 1, "time_out_of_order": 1}
+    assert query(db, "SELECT row_in_file, rule FROM quarantine ORDER BY 1").rows() == [
+        (7, "duplicate_id"), (8, "time_out_of_order")
+    ]
+
+
+def test_a_parquet_log_without_a_key_column_is_quarantined_whole(tmp_path):
+    logs, db = tmp_path / "logs", tmp_path / "w.duckdb"
+    logs.mkdir()
+    pl.DataFrame([decision(0, 0.0, "a")]).drop("seq").write_parquet(logs / "decision-log.parquet")
+    [report] = run_once(logs, db)
+    assert report.file_rule == Rule.MISSING_COLUMN.value and "'seq'" in (report.detail or "")
+
+
+# --- rules ------------------------------------------------------------------------------------
+
+
+def test_known_task_types_take_names_and_patterns():
+    types = TaskTypes.parse("extract, re:app\\d+")
+    pattern = pl.Series(["extract", "app7", "apps", "embed"]).str.contains(types.regex)
+    assert pattern.to_list() == [True, True, False, False]
+    assert TaskTypes.parse(None) == TaskTypes()
+
+
+def test_a_gx_verdict_that_differs_from_the_rules_fails_the_file_before_it_commits(tmp_path):
+    from desched.validation import RuleMismatch
+
+    logs, db = tmp_path / "logs", tmp_path / "w.duckdb"
+    write_jsonl(logs / "a-log.jsonl", BAD_LOG)
+    every_row = IngestSettings(audit_rows=None)
+    narrow = gx_auditor(TaskTypes(("nothing",), ()))  # knows fewer task types than the rules
+    with open_warehouse(db) as con:
+        [work], _ = plan(con, logs, every_row)
+        with pytest.raises(RuleMismatch, match="unknown_task_type"):
+            ingest_file(con, work, every_row, lambda: narrow)
+        assert table_counts(con)["decisions"] == 0  # the file was rolled back
+
+
+def test_the_run_audit_checks_the_sample_that_the_load_kept(tmp_path):
+    from desched.validation import RuleMismatch
+
+    logs, db = tmp_path / "logs", tmp_path / "w.duckdb"
+    write_jsonl(logs / "a-log.jsonl", BAD_LOG)
+    settings = IngestSettings()
+    with open_warehouse(db) as con:
+        [work], _ = plan(con, logs, settings)
+        report = ingest_file(con, work, settings)
+    sample = report.audit_sample
+    assert sample is not None and sample.height == len(BAD_LOG) - 1
+    narrow = gx_auditor(TaskTypes(("nothing",), ()))
+    with pytest.raises(RuleMismatch, match="unknown_task_type"):
+        narrow.audit(sample)
+    agreed = audit_samples([report], lambda: gx_auditor(settings.task_types))
+    assert agreed.rows == len(BAD_LOG) - 1 and agreed.unexpected["duplicate_id"] == 2
+
+
+def test_a_column_the_log_adds_becomes_a_column_of_its_table_and_widens_with_its_values(
+    tmp_path,
+):
+    logs, db = tmp_path / "logs", tmp_path / "w.duckdb"
+    log = write_jsonl(logs / "live-log.jsonl", [
+        completion(0, 1.0, "a", pages=2, lang={"code": "fr"}),
+        decision(1, 1.0, "b", norm_wait=0.5),
+    ])
+    run_once(logs, db)
+    with log.open("a") as f:
+        f.write(json.dumps(completion(2, 2.0, "b", pages=2.5)) + "\n")
+    run_once(logs, db)
+    completions = query(db, "SELECT pages, lang FROM completions ORDER BY seq")
+    assert completions["pages"].to_list() == [2.0, 2.5]
+    assert json.loads(completions["lang"][0]) == {"code": "fr"}
+    assert query(db, "SELECT norm_wait FROM decisions")["norm_wait"].to_list() == [0.5]
+    assert "norm_wait" not in query(db, "SELECT * FROM completions").columns
+
+
+def test_only_io_failures_are_retried():
+    from types import SimpleNamespace
+
+    from desched.errors import DeschedError
+    from tasks.ingest import _transient
+
+    def retried(exc: BaseException) -> bool:
+        return _transient(None, None, SimpleNamespace(data=exc))
+
+    assert retried(OSError("gone")) and retried(duckdb.IOException("Could not set lock"))
+    assert not retried(DeschedError("no such folder")) and not retried(RuntimeError("bug"))
