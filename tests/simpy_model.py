@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import simpy
 
@@ -90,8 +91,7 @@ class _Model:
     def worker(self, w: int) -> Proc:
         env = self.env
         while True:
-            i = yield self.mailbox[w]
-            assert isinstance(i, int)
+            i = cast(int, (yield self.mailbox[w]))
             yield env.timeout(self.tasks.duration_s[i])
             self.mailbox[w] = env.event()
             self.completed.append((w, i))
@@ -126,6 +126,8 @@ def simulate_simpy(tasks: TaskTable, policy: Policy, workers: int) -> SimpyRun:
     """Run ``tasks`` on ``workers`` workers under ``policy`` (a fresh, empty one) in SimPy."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
+    if len(policy):
+        raise ValueError("the policy must start with an empty queue")
     model = _Model(tasks, policy, workers)
     model.env.run()
     if any(math.isnan(s) for s in model.run.start_s):
@@ -157,8 +159,7 @@ def simulate_simpy_fifo(
     def worker() -> Proc:
         timeout, get = env.timeout, queue.get
         while True:
-            i = yield get()
-            assert isinstance(i, int)
+            i = cast(int, (yield get()))
             start_s[i] = env.now
             yield timeout(duration_s[i])
 
