@@ -25,6 +25,8 @@ COMMANDS: dict[str, str] = {
     "tenants": "desched.cli.service:tenants",
     "workers": "desched.cli.service:workers",
     "policy": "desched.cli.service:policy",
+    "evaluate": "desched.cli.bench:evaluate",
+    "tune": "desched.cli.bench:tune",
 }
 
 

@@ -1,0 +1,124 @@
+"""Commands of the research bench: evaluate (policies x traces x seeds) and tune (weights).
+
+Both run in this process without Prefect; the flows ``evaluate-policies`` and
+``tune-weights`` run the same functions on Prefect task runners and publish artifacts.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from desched.errors import DeschedError
+
+
+def _split(values: tuple[str, ...]) -> list[str]:
+    """Repeatable, comma-separated option values, in order, blanks dropped."""
+    return [v.strip() for value in values for v in value.split(",") if v.strip()]
+
+
+def _seeds(text: str | None) -> list[int] | None:
+    from desched.evaluate import parse_seeds
+
+    return list(parse_seeds(text)) if text else None
+
+
+@click.command()
+@click.option("--traces", "traces", multiple=True, required=True,
+              help="Trace specs, comma-separated or repeated: a scenario (flood, "
+                   "'steady?tasks=2000&load=0.9') or a trace file ('log.swf.gz?slice_tasks=2000"
+                   "&load=0.9'; a seed is then a disjoint slice). 'seeds=0-4' in a spec "
+                   "overrides --seeds for it.")
+@click.option("--policies", "policies", multiple=True, required=True,
+              help="Policy specs, comma-separated or repeated: "
+                   "'ifs-memoryless?w_backlog=0.3&w_wait=0.7', 'ifs-counter?weights=DIR'.")
+@click.option("--seeds", default="0-4", show_default=True,
+              help="Seeds, e.g. 0-4 or 0,1,2: regenerated scenarios or slices of a file.")
+@click.option("--workers", required=True, type=click.IntRange(min=1), help="Workers simulated.")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Folder for evaluation.json, table.parquet and drift.parquet.")
+@click.option("--jobs", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Simulations run in parallel (processes).")
+@click.option("--baseline", default="ifs-memoryless", show_default=True,
+              help="Policy spec that paired differences are taken against (if evaluated).")
+@click.option("--window-s", type=float, default=None,
+              help="Window length for drift metrics (default: submission span / 20).")
+def evaluate(
+    traces: tuple[str, ...], policies: tuple[str, ...], seeds: str, workers: int, out: Path,
+    jobs: int, baseline: str, window_s: float | None,
+) -> None:
+    """Evaluate policies over traces and seeds: mean and 95 % interval of every metric,
+    whole run and per window (drift)."""
+    from desched import evaluate as ev
+
+    trace_specs, policy_specs = _split(traces), _split(policies)
+    cells = ev.cells_of(trace_specs, policy_specs, _seeds(seeds) or [])
+    results = ev.run_cells(cells, workers, window_s, jobs)
+    rows = ev.aggregate(results, baseline if baseline in policy_specs else None)
+    settings = {"traces": trace_specs, "policies": policy_specs, "seeds": seeds,
+                "workers": workers, "baseline": baseline, "window_s": window_s}
+    paths = ev.write_evaluation(out, settings, rows, results)
+    click.echo(ev.markdown_table(rows))
+    click.echo(f"\n{len(cells)} simulations; wrote {paths['json']}, {paths['table']}, "
+               f"{paths['drift']}")
+
+
+@click.command()
+@click.option("--trace", "traces", multiple=True, required=True,
+              help="Training trace spec (Parquet or SWF file, or scenario), repeatable or "
+                   "comma-separated. A file trains on its first 3 slices by default.")
+@click.option("--heldout", "heldout", multiple=True,
+              help="Held-out trace spec, repeatable (default: the training specs, other seeds "
+                   "or the file's last 5 slices).")
+@click.option("--workers", required=True, type=click.IntRange(min=1), help="Workers simulated.")
+@click.option("--trials", default=40, show_default=True, type=click.IntRange(min=1),
+              help="Optuna trials, or RL iterations.")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Weights folder to write, e.g. models/weights/NAME.")
+@click.option("--learner", type=click.Choice(["optuna", "rl"]), default="optuna",
+              show_default=True, help="Black-box search (Optuna TPE) or policy-gradient agent.")
+@click.option("--policy", type=click.Choice(["ifs-memoryless", "ifs-counter"]),
+              default="ifs-memoryless", show_default=True, help="Policy whose weights to learn.")
+@click.option("--train-seeds", default=None,
+              help="Training seeds/slices, e.g. 0-2 (default: scenarios 0-2, files first 3).")
+@click.option("--heldout-seeds", default=None,
+              help="Held-out seeds/slices, e.g. 100-104 (default: scenarios 100-104, files "
+                   "last 5).")
+@click.option("--seed", default=0, show_default=True, help="Seed of the learner.")
+@click.option("--windows", default=20, show_default=True, type=click.IntRange(min=1),
+              help="RL: decision windows per trace.")
+@click.option("--fairness-weight", default=5.0, show_default=True, type=float,
+              help="Penalty per unit of Jain's index below today's scorer's.")
+def tune(
+    traces: tuple[str, ...], heldout: tuple[str, ...], workers: int, trials: int, out: Path,
+    learner: str, policy: str, train_seeds: str | None, heldout_seeds: str | None, seed: int,
+    windows: int, fairness_weight: float,
+) -> None:
+    """Learn the scorer's weights from traces by simulation; judge them on held-out traces;
+    write OUT/card.json (loadable with --param weights=OUT), card.md and the learning curve."""
+    from pydantic import ValidationError
+
+    from desched.tuning import Objective, TuneSettings
+    from desched.tuning import tune as run_tune
+
+    try:
+        settings = TuneSettings(
+            train=_split(traces), heldout=_split(heldout) or None,
+            train_seeds=_seeds(train_seeds), heldout_seeds=_seeds(heldout_seeds),
+            workers=workers, policy=policy, learner=learner,  # type: ignore[arg-type]
+            trials=trials, seed=seed, windows=windows,
+            objective=Objective(fairness_weight=fairness_weight),
+        )
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise DeschedError(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
+    command = shlex.join(["desched", *sys.argv[1:]]) if Path(sys.argv[0]).name == "desched" \
+        else None
+    card = run_tune(settings, out, command=command)
+    from desched.tuning import verdict_markdown
+
+    click.echo(verdict_markdown(card))
+    click.echo(f"wrote {out}/card.json (use --param weights={out}), card.md, learning-curve.png")

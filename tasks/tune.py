@@ -1,0 +1,75 @@
+"""Prefect tasks of weight tuning: thin wrappers around ``desched.tuning``.
+
+Cells (trace frames) and learner results (a torch agent) travel in memory between tasks of
+one flow run, so these tasks skip input hashing and caching.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NONE
+
+from desched import tuning
+from desched.tuning import Cell, LearnerResult, TuneSettings
+
+
+@task(cache_policy=NONE, tags=["simulation"])
+def split_traces(settings: TuneSettings) -> tuple[list[Cell], list[Cell]]:
+    """Training and held-out cells, refused unless disjoint."""
+    return tuning.split(settings)
+
+
+@task(cache_policy=NONE, tags=["simulation"])
+def learn_weights(settings: TuneSettings, train: list[Cell]) -> LearnerResult:
+    return tuning.learn(settings, train)
+
+
+@task(cache_policy=NONE, tags=["simulation"])
+def judge_heldout(settings: TuneSettings, learned: LearnerResult,
+                  heldout: list[Cell]) -> dict[str, Any]:
+    """The learned weights (and agent) against 0.1 / 0.9 on traces never trained on."""
+    return tuning.judge(heldout, tuning.candidates_of(learned), settings.workers,
+                        settings.objective, settings.windows)
+
+
+@task(retries=2, retry_delay_seconds=2, cache_policy=NONE)
+def save_weights(
+    out: str, settings: TuneSettings, learned: LearnerResult, train: list[Cell],
+    heldout: list[Cell], verdict: dict[str, Any], command: str | None,
+) -> dict[str, Any]:
+    """Write the weights folder (card.json, card.md, learning-curve.png, agent.pt)."""
+    card = tuning.make_card(Path(out).name, settings, learned, train, heldout, verdict, command)
+    tuning.save(out, card, learned)
+    return card
+
+
+@task(cache_policy=NONE)
+def publish_tuning(card: dict[str, Any], out: str) -> None:
+    """The verdict (markdown, with the learning curve embedded) and two tables: the learning
+    curve and the held-out results per workload."""
+    png = Path(out) / "learning-curve.png"
+    image = ""
+    if png.is_file():
+        data = base64.b64encode(png.read_bytes()).decode()
+        image = f"\n![learning curve](data:image/png;base64,{data})\n"
+    create_markdown_artifact(markdown=tuning.verdict_markdown(card) + image,
+                             key="tune-weights-verdict",
+                             description=f"Held-out verdict of {card['name']}")
+    create_table_artifact(table=[{k: (round(v, 5) if isinstance(v, float) else v)
+                                  for k, v in p.items()} for p in card["learning_curve"]],
+                          key="tune-weights-learning-curve",
+                          description="Objective J on the training traces per trial/iteration")
+    rows = []
+    for workload, per in card["heldout"]["by_workload"].items():
+        for label, s in per.items():
+            rows.append({"workload": workload, "candidate": label, "seeds": len(s["seeds"]),
+                         "J": s["J"]["mean"], "J_lo": s["J"]["lo"], "J_hi": s["J"]["hi"],
+                         "d_bsld_pct": s["d_bsld_pct"]["mean"], "d_jain": s["d_jain"]["mean"],
+                         "verdict": s["verdict"]})
+    create_table_artifact(table=rows, key="tune-weights-heldout",
+                          description="Held-out J (today's 0.1/0.9 = 1) per workload")

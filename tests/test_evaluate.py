@@ -1,0 +1,192 @@
+"""Policy evaluation: cells, intervals over seeds, drift series, the flow and the command."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from scipy import stats
+
+from desched.cli import cli
+from desched.errors import DeschedError
+from desched.evaluate import (
+    PolicySpec,
+    TraceSpec,
+    aggregate,
+    cells_of,
+    mean_ci,
+    parse_seeds,
+    run_cell,
+    run_cells,
+)
+from desched.trace import write_trace
+from desched.workloads import generate
+
+SMALL = "flood?tasks=240&tenants=5"
+
+
+def test_the_interval_of_values_with_a_known_spread_has_the_t_formula_half_width() -> None:
+    # +1, -1, +1, -1, ...: mean 0, sample sd sqrt(n / (n - 1)) exactly
+    for n in (2, 4, 10, 40):
+        values = [(-1.0) ** i for i in range(n)]
+        ci = mean_ci(values)
+        expected = stats.t.ppf(0.975, n - 1) * math.sqrt(n / (n - 1)) / math.sqrt(n)
+        assert ci["mean"] == pytest.approx(0.0, abs=1e-12)
+        assert ci["half"] == pytest.approx(expected)
+        assert ci["lo"] == pytest.approx(-expected) and ci["n"] == n
+
+
+def test_the_interval_shrinks_as_seeds_are_added_and_covers_the_mean_about_95_percent() -> None:
+    rng = np.random.default_rng(7)
+    halves = [mean_ci(rng.normal(3.0, 2.0, n))["half"] for n in (5, 20, 80)]
+    assert halves[0] > halves[1] > halves[2]
+    covered = sum(
+        ci["lo"] <= 3.0 <= ci["hi"]
+        for ci in (mean_ci(rng.normal(3.0, 2.0, 5)) for _ in range(2000))
+    )
+    assert 0.93 <= covered / 2000 <= 0.97
+
+
+def test_one_value_has_no_interval_and_equal_values_a_zero_one() -> None:
+    assert math.isnan(mean_ci([4.0])["half"]) and mean_ci([4.0])["mean"] == 4.0
+    assert mean_ci([2.0, 2.0, 2.0])["half"] == 0.0
+    assert mean_ci([math.nan, 1.0, 3.0])["n"] == 2
+
+
+def test_a_cell_has_the_whole_run_metrics_and_a_series_of_windows() -> None:
+    cell = run_cell(SMALL, "ifs-memoryless", seed=0, workers=3)
+    assert cell["tasks"] == 240 and cell["trace_name"] == "flood"
+    assert cell["params"] == {"w_backlog": 0.1, "w_wait": 0.9}
+    assert len(cell["windows"]) >= 20
+    for w in cell["windows"]:
+        assert {"start_s", "end_s", "jain_slowdown", "service_lag_s"} <= set(w)
+    assert cell["window_jain_min"] <= cell["window_jain_mean"] <= 1.0
+    assert cell["max_service_lag_s"] >= cell["window_lag_mean_s"] >= 0.0
+
+
+def test_aggregate_gives_a_row_per_trace_and_policy_with_intervals_and_a_drift_series() -> None:
+    cells = run_cells(cells_of([SMALL], ["ifs-memoryless", "fifo"], [0, 1, 2]), workers=3)
+    rows = aggregate(cells, baseline="ifs-memoryless")
+    assert [(r["trace"], r["policy"]) for r in rows] == [(SMALL, "ifs-memoryless"), (SMALL, "fifo")]
+    base, fifo = rows
+    assert base["seeds"] == [0, 1, 2]
+    bsld = [c["mean_bounded_slowdown"] for c in cells if c["policy_spec"] == "fifo"]
+    assert fifo["metrics"]["mean_bounded_slowdown"]["mean"] == pytest.approx(np.mean(bsld))
+    assert fifo["metrics"]["mean_bounded_slowdown"]["n"] == 3
+    assert base["vs_baseline"]["mean_wait_s"]["mean"] == 0.0
+    paired = np.mean([a["mean_wait_s"] - b["mean_wait_s"] for a, b in zip(cells[3:], cells[:3])])
+    assert fifo["vs_baseline"]["mean_wait_s"]["mean"] == pytest.approx(paired)
+    series = base["windows"]
+    assert len(series) >= 20 and series[0]["window"] == 0
+    assert series[0]["jain_slowdown"]["n"] == 3
+    assert all(s["start_s"] >= 0 for s in series)
+
+
+def test_scenario_seeds_regenerate_the_workload() -> None:
+    spec = TraceSpec.parse(SMALL)
+    a, b = spec.materialize(0, 3), spec.materialize(1, 3)
+    assert a.equals(spec.materialize(0, 3))
+    assert not a["duration_s"].equals(b["duration_s"])
+
+
+def test_file_seeds_are_disjoint_slices_shifted_to_zero(tmp_path: Path) -> None:
+    path = write_trace(generate("steady", tasks=100, tenants=4, workers=2, seed=3),
+                       tmp_path / "t.parquet")
+    spec = TraceSpec.parse(f"{path}?slice_tasks=25")
+    assert spec.slices() == 4
+    first, second = spec.materialize(0, 2), spec.materialize(1, 2)
+    assert first.height == second.height == 25
+    assert set(first["task_id"]).isdisjoint(second["task_id"])
+    assert first["submit_s"].min() == second["submit_s"].min() == 0.0
+    with pytest.raises(DeschedError, match="past its last slice"):
+        spec.materialize(4, 2)
+
+
+def test_a_file_slice_with_a_load_is_rescaled_to_that_offered_load(tmp_path: Path) -> None:
+    path = write_trace(generate("steady", tasks=200, tenants=4, workers=2, seed=3),
+                       tmp_path / "t.parquet")
+    part = TraceSpec.parse(f"{path}?slice_tasks=100&load=0.5").materialize(1, 4)
+    offered = part.height / part["submit_s"].max() * part["duration_s"].mean() / 4
+    assert offered == pytest.approx(0.5)
+
+
+def test_a_spec_with_its_own_seeds_overrides_the_sweep_seeds() -> None:
+    assert parse_seeds("0-2;9") == (0, 1, 2, 9)
+    cells = cells_of([SMALL, f"{SMALL}&seeds=7-8"], ["fifo"], [0, 1, 2])
+    assert [c[2] for c in cells] == [0, 1, 2, 7, 8]
+
+
+@pytest.mark.parametrize(
+    ("trace", "policy", "message"),
+    [
+        ("nowhere.parquet", "fifo", "neither a scenario"),
+        ("flood?colour=red", "fifo", "unknown option 'colour'"),
+        ("flood?seeds=3-1", "fifo", "not a range"),
+        (SMALL, "no-such-policy", "unknown policy"),
+        (SMALL, "ifs-memoryless?w_wait=-1", "w_wait"),
+    ],
+)
+def test_a_bad_trace_or_policy_spec_is_refused_with_a_one_line_error(
+    trace: str, policy: str, message: str
+) -> None:
+    with pytest.raises(DeschedError, match=message) as info:
+        cells_of([trace], [policy], [0])
+    assert "\n" not in str(info.value)
+
+
+def test_a_policy_spec_carries_its_parameters() -> None:
+    spec = PolicySpec.parse("ifs-memoryless?w_wait=0.7&w_backlog=0.3")
+    assert spec.name == "ifs-memoryless"
+    assert dict(spec.params) == {"w_backlog": "0.3", "w_wait": "0.7"}
+
+
+def test_the_evaluate_command_writes_the_table_the_drift_series_and_the_cells(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "ev"
+    result = CliRunner().invoke(cli, [
+        "evaluate", "--traces", SMALL, "--policies", "ifs-memoryless,ifs-counter",
+        "--seeds", "0-1", "--workers", "3", "--out", str(out),
+    ])
+    assert result.exit_code == 0, result.output
+    assert "| flood?tasks=240&tenants=5 | ifs-counter | 2 |" in result.output
+    table = pl.read_parquet(out / "table.parquet")
+    assert table.height == 2 and {"mean_bounded_slowdown_lo", "jain_slowdown_diff"} <= set(
+        table.columns)
+    drift = pl.read_parquet(out / "drift.parquet")
+    assert {"window", "jain_slowdown_mean", "service_lag_s_hi"} <= set(drift.columns)
+    saved = json.loads((out / "evaluation.json").read_text())
+    assert len(saved["cells"]) == 4 and len(saved["rows"]) == 2
+
+
+def test_the_evaluate_flow_runs_every_cell_on_the_task_runner_and_writes_its_files(
+    prefect_harness: None, tmp_path: Path
+) -> None:
+    from flows.evaluate import evaluate_policies
+
+    result = evaluate_policies(
+        traces=[SMALL], policies=["ifs-memoryless", "fifo"], seeds=[0, 1], workers=3,
+        runner="thread", out=str(tmp_path / "flow"),
+    )
+    assert [r["policy"] for r in result["rows"]] == ["ifs-memoryless", "fifo"]
+    assert result["rows"][1]["metrics"]["jain_slowdown"]["n"] == 2
+    assert "vs_baseline" in result["rows"][1]
+    assert Path(result["files"]["drift"]).is_file()
+
+
+def test_an_absent_cluster_integration_is_a_one_line_error() -> None:
+    pytest.importorskip("prefect")
+    from flows.evaluate import task_runner
+
+    try:
+        import prefect_dask  # noqa: F401
+    except ImportError:
+        with pytest.raises(DeschedError, match="prefect-dask"):
+            task_runner("dask")
+    else:
+        pytest.skip("prefect-dask is installed")

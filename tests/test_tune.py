@@ -1,0 +1,222 @@
+"""Weight tuning: weights cards loaded by the policies, the held-out split, both learners."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from desched.cli import cli
+from desched.errors import DeschedError
+from desched.policies import make_policy, parse_params
+from desched.simulator import simulate
+from desched.trace import TaskTable, write_trace
+from desched.tuning import (
+    Objective,
+    TuneSettings,
+    WindowControlled,
+    action_grid,
+    build_cells,
+    check_disjoint,
+    split,
+    tune_optuna,
+    tune_rl,
+)
+from desched.weights import read_card, write_card
+from desched.workloads import generate
+
+TINY = "flood?tasks=200&tenants=4"
+
+
+def decisions(tasks: TaskTable, name: str, params: dict[str, str], naive: bool = False) -> list[int]:
+    result = simulate(tasks, make_policy(name, tasks, params, naive=naive), workers=2)
+    return list(result.decisions.task)
+
+
+@pytest.fixture(scope="module")
+def flood_tasks() -> TaskTable:
+    return TaskTable.from_frame(generate("flood", tasks=300, tenants=4, workers=2, seed=1))
+
+
+def card(folder: Path, policy: str, weights: dict[str, float]) -> Path:
+    write_card(folder, {"name": folder.name, "policy": policy, "weights": weights})
+    return folder
+
+
+def test_learned_weights_are_loaded_and_used_by_the_policy(
+    tmp_path: Path, flood_tasks: TaskTable
+) -> None:
+    folder = card(tmp_path / "backlog-first", "ifs-memoryless",
+                  {"w_backlog": 0.8, "w_wait": 0.2})
+    loaded = decisions(flood_tasks, "ifs-memoryless", {"weights": str(folder)})
+    explicit = decisions(flood_tasks, "ifs-memoryless", {"w_backlog": "0.8", "w_wait": "0.2"})
+    default = decisions(flood_tasks, "ifs-memoryless", {})
+    assert loaded == explicit
+    assert loaded != default
+    assert decisions(flood_tasks, "ifs-memoryless", {"weights": str(folder)}, naive=True) == loaded
+
+
+def test_an_ifs_counter_card_sets_the_service_weight_and_half_life_too(
+    tmp_path: Path, flood_tasks: TaskTable
+) -> None:
+    w = {"w_backlog": 0.3, "w_wait": 0.7, "w_service": 0.5, "half_life_s": 120.0}
+    folder = card(tmp_path / "counter", "ifs-counter", w)
+    params = parse_params("ifs-counter", {"weights": str(folder / "card.json")})
+    assert params.model_dump() == {**w, "weights": str(folder / "card.json")}
+    explicit = {k: str(v) for k, v in w.items()}
+    assert (decisions(flood_tasks, "ifs-counter", {"weights": str(folder)})
+            == decisions(flood_tasks, "ifs-counter", explicit)
+            != decisions(flood_tasks, "ifs-counter", {}))
+
+
+def test_a_card_for_one_policy_is_refused_by_the_other(tmp_path: Path) -> None:
+    folder = card(tmp_path / "m", "ifs-memoryless", {"w_backlog": 0.2, "w_wait": 0.8})
+    with pytest.raises(DeschedError, match="learned for 'ifs-memoryless'"):
+        parse_params("ifs-counter", {"weights": str(folder)})
+
+
+def test_explicit_weights_that_contradict_the_card_are_refused_and_equal_ones_accepted(
+    tmp_path: Path,
+) -> None:
+    folder = card(tmp_path / "m", "ifs-memoryless", {"w_backlog": 0.2, "w_wait": 0.8})
+    with pytest.raises(DeschedError, match="contradicts weights="):
+        parse_params("ifs-memoryless", {"weights": str(folder), "w_wait": "0.5"})
+    params = parse_params("ifs-memoryless", {"weights": str(folder)})
+    again = type(params)(**params.model_dump())  # a dumped model rebuilds itself
+    assert again == params
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "no weights card"),
+        ("{not json", "not a readable weights card"),
+        ('{"policy": "fifo", "weights": {}}', "'policy' must be one of"),
+        ('{"policy": "ifs-memoryless", "weights": {"w_wait": 1}}', "must hold exactly"),
+        ('{"policy": "ifs-memoryless", "weights": {"w_wait": 1, "w_backlog": -1}}', ">= 0"),
+    ],
+)
+def test_a_bad_weights_path_or_card_is_a_one_line_error_naming_the_file(
+    tmp_path: Path, content: str | None, message: str
+) -> None:
+    folder = tmp_path / "w"
+    if content is not None:
+        folder.mkdir()
+        (folder / "card.json").write_text(content)
+    trace = write_trace(generate("steady", tasks=30, tenants=3, workers=2), tmp_path / "t.parquet")
+    result = CliRunner().invoke(cli, [
+        "simulate", "--trace", str(trace), "--policy", "ifs-memoryless",
+        "--param", f"weights={folder}", "--workers", "2", "--out", str(tmp_path / "run"),
+    ])
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and str(folder / "card.json") in lines[0] and message in lines[0]
+
+
+def test_a_held_out_trace_that_was_trained_on_is_refused(tmp_path: Path) -> None:
+    flood = build_cells([(TINY, 0)], workers=2)
+    with pytest.raises(DeschedError, match="overlaps training"):
+        check_disjoint(flood, build_cells([(TINY, 0)], workers=2))
+    # every scenario of one seed shares its documents: steady seed 0 is not held out from flood 0
+    with pytest.raises(DeschedError, match="overlaps training"):
+        check_disjoint(flood, build_cells([("steady?tasks=200&tenants=4", 0)], workers=2))
+    path = write_trace(generate("steady", tasks=120, tenants=4, workers=2), tmp_path / "t.parquet")
+    by_40 = build_cells([(f"{path}?slice_tasks=40", 1)], workers=2)  # rows 40..79
+    with pytest.raises(DeschedError, match="overlaps training"):
+        check_disjoint(by_40, build_cells([(f"{path}?slice_tasks=60", 1)], workers=2))
+    check_disjoint(by_40, build_cells([(f"{path}?slice_tasks=40", 2)], workers=2))
+
+
+def test_a_window_controller_that_always_picks_one_setting_decides_as_that_setting(
+    flood_tasks: TaskTable,
+) -> None:
+    actions = action_grid("ifs-memoryless")
+    pick = next(i for i, a in enumerate(actions) if a["w_backlog"] == 0.5)
+    inner = make_policy("ifs-memoryless", flood_tasks, {})
+    wrapped = WindowControlled(inner, lambda obs: pick, actions, workers=2, window_s=50.0)
+    controlled = list(simulate(flood_tasks, wrapped, 2).decisions.task)
+    assert controlled == decisions(flood_tasks, "ifs-memoryless",
+                                   {"w_backlog": "0.5", "w_wait": "0.5"})
+    assert len(wrapped.trajectory) > 2
+    assert all(obs.shape == (7,) and np.isfinite(obs).all() for obs, _ in wrapped.trajectory)
+
+
+def test_a_window_controller_changes_the_weights_between_windows(flood_tasks: TaskTable) -> None:
+    actions = action_grid("ifs-memoryless")
+    seen: list[int] = []
+
+    def alternate(obs: np.ndarray) -> int:
+        seen.append(len(seen) % 2 * (len(actions) - 1))
+        return seen[-1]
+
+    inner = make_policy("ifs-memoryless", flood_tasks, {})
+    wrapped = WindowControlled(inner, alternate, actions, workers=2, window_s=50.0)
+    simulate(flood_tasks, wrapped, 2)
+    assert wrapped.decisions_by_action[0] > 0 and wrapped.decisions_by_action[-1] > 0
+
+
+def test_optuna_starts_from_todays_weights_so_it_never_reports_worse_on_training() -> None:
+    train = build_cells([(TINY, 0), (TINY, 1)], workers=2)
+    learned = tune_optuna(train, "ifs-memoryless", 2, trials=4, objective=Objective())
+    assert learned.curve[0]["w_backlog"] == pytest.approx(0.1)
+    assert learned.curve[0]["value"] == pytest.approx(1.0)
+    assert learned.train_objective <= 1.0
+    assert [p["step"] for p in learned.curve] == [0, 1, 2, 3]
+    assert learned.weights["w_backlog"] + learned.weights["w_wait"] == pytest.approx(1.0)
+
+
+def test_the_rl_agent_learns_a_per_window_choice_and_a_static_setting_from_the_grid() -> None:
+    train = build_cells([(TINY, 0)], workers=2)
+    learned = tune_rl(train, "ifs-memoryless", 2, iterations=2, objective=Objective(), windows=5)
+    assert len(learned.curve) == 2
+    assert learned.weights in action_grid("ifs-memoryless")
+    assert sum(learned.details["decision_share_by_action"].values()) == pytest.approx(1.0)
+    assert learned.agent is not None
+
+
+def test_the_tune_flow_writes_a_card_judged_only_on_traces_disjoint_from_training(
+    prefect_harness: None, tmp_path: Path
+) -> None:
+    from flows.tune import tune_weights
+
+    out = tmp_path / "weights" / "tiny"
+    result = tune_weights(train=[TINY], out=str(out), train_seeds=[0, 1],
+                          heldout_seeds=[10, 11, 12], workers=2, trials=3, learner="optuna")
+    saved = read_card(out)
+    train_seeds = {c["seed"] for c in saved["split"]["train"]}
+    heldout_seeds = {c["seed"] for c in saved["split"]["heldout"]}
+    assert train_seeds == {0, 1} and heldout_seeds == {10, 11, 12}
+    assert train_seeds.isdisjoint(heldout_seeds)
+    prints = {c["fingerprint"] for c in saved["split"]["train"]}
+    assert prints.isdisjoint(c["fingerprint"] for c in saved["split"]["heldout"])
+    assert saved["heldout"]["by_workload"][TINY]["learned"]["J"]["n"] == 3
+    assert result["weights"] == saved["weights"]
+    assert (out / "learning-curve.png").stat().st_size > 0 and (out / "card.md").is_file()
+    parse_params("ifs-memoryless", {"weights": str(out)})  # loadable as written
+
+
+def test_the_tune_command_trains_on_a_file_and_judges_on_its_later_slices(tmp_path: Path) -> None:
+    trace = write_trace(generate("flood", tasks=400, tenants=4, workers=2, seed=5),
+                        tmp_path / "train.parquet")
+    out = tmp_path / "weights" / "cli"
+    result = CliRunner().invoke(cli, [
+        "tune", "--trace", f"{trace}?slice_tasks=50", "--workers", "2", "--trials", "2",
+        "--out", str(out), "--learner", "rl",
+    ])
+    assert result.exit_code == 0, result.output
+    saved = json.loads((out / "card.json").read_text())
+    assert [c["seed"] for c in saved["split"]["train"]] == [0, 1, 2]
+    assert [c["seed"] for c in saved["split"]["heldout"]] == [3, 4, 5, 6, 7]
+    assert saved["learner"] == "rl" and (out / "agent.pt").is_file()
+    assert "rl-adaptive" in saved["heldout"]["overall"]
+
+
+def test_tuning_settings_default_to_other_seeds_for_the_held_out_traces() -> None:
+    settings = TuneSettings(train=[TINY], trials=1)
+    assert {s for _, s in settings.pairs("train")}.isdisjoint(
+        s for _, s in settings.pairs("heldout"))
+    with pytest.raises(DeschedError, match="overlaps training"):
+        split(TuneSettings(train=[TINY], train_seeds=[0, 1], heldout_seeds=[1, 2], trials=1))
