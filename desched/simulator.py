@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from desched.errors import DeschedError
 from desched.policies.base import Policy
@@ -59,6 +62,36 @@ class SimResult:
     extra: dict[str, float] = field(default_factory=dict)
 
 
+def queue_counts(
+    submit_s: list[float], tenant: list[int], task: array, t: array  # type: ignore[type-arg]
+) -> tuple[array, array]:  # type: ignore[type-arg]
+    """Queue length and the chosen tenant's backlog at each decision, before its pop.
+
+    At decision ``j`` (time ``t_j``) every task submitted at or before ``t_j`` has arrived
+    and the ``j`` earlier decisions have each removed one, so ``queue_len_j`` is
+    ``#{submit <= t_j} - j``; per tenant, the same count over that tenant's tasks and its
+    earlier decisions. Vectorised after the run so that the event loop does not keep
+    per-tenant counts; ``tests/test_simulator.py`` checks it against a direct count.
+    """
+    task_a = np.frombuffer(task, dtype=np.int64) if len(task) else np.zeros(0, np.int64)
+    t_a = np.frombuffer(t, dtype=np.float64) if len(t) else np.zeros(0)
+    submit_a = np.asarray(submit_s, dtype=np.float64)
+    tenant_a = np.asarray(tenant, dtype=np.int64)
+    queue_len = np.searchsorted(np.sort(submit_a), t_a, side="right") - np.arange(task_a.size)
+    backlog = np.zeros(task_a.size, dtype=np.int64)
+    dec_tenant = tenant_a[task_a]
+    by_tenant = np.argsort(dec_tenant, kind="stable")
+    sorted_tenant = dec_tenant[by_tenant]
+    bounds = np.flatnonzero(np.diff(sorted_tenant)) + 1
+    task_order = np.argsort(tenant_a, kind="stable")
+    task_bounds = np.searchsorted(tenant_a[task_order], np.unique(sorted_tenant))
+    task_ends = np.searchsorted(tenant_a[task_order], np.unique(sorted_tenant), side="right")
+    for group, lo, hi in zip(np.split(by_tenant, bounds), task_bounds, task_ends):
+        submits = np.sort(submit_a[task_order[lo:hi]])
+        backlog[group] = np.searchsorted(submits, t_a[group], side="right") - np.arange(group.size)
+    return array("q", queue_len.astype(np.int64).tobytes()), array("q", backlog.tobytes())
+
+
 def simulate(
     tasks: TaskTable,
     policy: Policy,
@@ -81,71 +114,82 @@ def simulate(
     submit = tasks.submit_s
     duration = tasks.duration_s
     tenant = tasks.tenant
-    order = sorted(range(n), key=submit.__getitem__)  # stable: trace order within an instant
+    arrival_task = sorted(range(n), key=submit.__getitem__)  # stable: trace order in an instant
+    arrival_t = [submit[i] for i in arrival_task]
+    arrival_t.append(math.inf)
     start_s = array("d", [math.nan]) * n
-    end_s = array("d", [math.nan]) * n
     worker_of = array("i", [-1]) * n
-    decisions = Decisions.empty(len(policy.components))
-    d_t, d_worker, d_task = decisions.t, decisions.worker, decisions.task
-    d_score, d_qlen, d_backlog = decisions.score, decisions.queue_len, decisions.tenant_backlog
-    d_parts = decisions.parts
-    n_parts = len(d_parts)
-    backlog = [0] * max(1, len(tasks.tenant_names))
+    n_parts = len(policy.components)
+    d_task: array = array("q")  # type: ignore[type-arg]
+    d_score: array = array("d")  # type: ignore[type-arg]
+    d_parts: list[array] = [array("d") for _ in range(n_parts)]  # type: ignore[type-arg]
 
     running: list[tuple[float, int, int]] = []  # (end, worker, task): ties in worker order
     idle = list(range(workers))  # a heap of idle worker ids
-    push, pop, complete = policy.push, policy.pop, policy.complete
+    push, pop = policy.push, policy.pop
+    # a policy that ignores completion records is not called for them (a generic shortcut,
+    # the same for every policy that keeps the base no-op)
+    complete = None if type(policy).complete is Policy.complete else policy.complete
     heappush, heappop = heapq.heappush, heapq.heappop
     inf = math.inf
     queued = 0
     next_arrival = 0
+    next_submit = arrival_t[0]
     decided = 0
-    next_progress = PROGRESS_EVERY
-    next_submit = submit[order[0]] if n else inf
+    next_progress = PROGRESS_EVERY if progress is not None else n + 1
 
-    while next_submit < inf or running:
-        t = running[0][0] if running else inf
-        if next_submit < t:
+    while True:
+        if running:
+            t = running[0][0]
+            if next_submit < t:  # noqa: PLR1730 (a call to min() costs more here)
+                t = next_submit
+        elif next_submit < inf:
             t = next_submit
+        else:
+            break
         while running and running[0][0] == t:
             _, w, i = heappop(running)
             heappush(idle, w)
-            complete(i, t, duration[i])
+            if complete is not None:
+                complete(i, t, duration[i])
         while next_submit == t:
-            i = order[next_arrival]
+            i = arrival_task[next_arrival]
             next_arrival += 1
-            next_submit = submit[order[next_arrival]] if next_arrival < n else inf
+            next_submit = arrival_t[next_arrival]
             push(i, t)
-            backlog[tenant[i]] += 1
             queued += 1
         while idle and queued:
             w = heappop(idle)
             i = pop(t)
-            k = tenant[i]
-            d_t.append(t)
-            d_worker.append(w)
             d_task.append(i)
             d_score.append(policy.score)
-            d_qlen.append(queued)
-            d_backlog.append(backlog[k])
             if n_parts:
                 for column, value in zip(d_parts, policy.parts):
                     column.append(value)
-            backlog[k] -= 1
             queued -= 1
             start_s[i] = t
-            end = t + duration[i]
-            end_s[i] = end
             worker_of[i] = w
-            heappush(running, (end, w, i))
+            heappush(running, (t + duration[i], w, i))
             decided += 1
-            if progress is not None and decided >= next_progress:
-                progress(decided)
+            if decided >= next_progress:
+                progress(decided)  # type: ignore[misc]
                 next_progress += PROGRESS_EVERY
     if queued or decided != n:
         raise DeschedError(f"simulation ended with {queued} queued and {n - decided} never run")
     if progress is not None:
         progress(decided)
+    end_s = array("d", map(operator.add, start_s, duration))
+    d_t = array("d", map(start_s.__getitem__, d_task))
+    queue_len, tenant_backlog = queue_counts(submit, tenant, d_task, d_t)
+    decisions = Decisions(
+        t=d_t,
+        worker=array("i", map(worker_of.__getitem__, d_task)),
+        task=d_task,
+        score=d_score,
+        queue_len=queue_len,
+        tenant_backlog=tenant_backlog,
+        parts=d_parts,
+    )
     return SimResult(
         policy=policy.name,
         workers=workers,
