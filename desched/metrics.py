@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
+Floats = npt.NDArray[np.float64]
 DEFAULT_WINDOWS = 20
 BOUNDED_SLOWDOWN_FLOOR_S = 10.0
 
@@ -19,31 +21,31 @@ BOUNDED_SLOWDOWN_FLOOR_S = 10.0
 class RunArrays:
     """Per-task arrays of a finished run, aligned by task position."""
 
-    tenant: np.ndarray  # str tenant names
-    submit_s: np.ndarray
-    duration_s: np.ndarray
-    start_s: np.ndarray
-    end_s: np.ndarray
+    tenant: npt.NDArray[np.str_] | npt.NDArray[np.object_]
+    submit_s: Floats
+    duration_s: Floats
+    start_s: Floats
+    end_s: Floats
 
     @property
-    def wait_s(self) -> np.ndarray:
+    def wait_s(self) -> Floats:
         return self.start_s - self.submit_s
 
     @property
-    def response_s(self) -> np.ndarray:
+    def response_s(self) -> Floats:
         return self.end_s - self.submit_s
 
     @property
-    def slowdown(self) -> np.ndarray:
+    def slowdown(self) -> Floats:
         return self.response_s / self.duration_s
 
     @property
-    def bounded_slowdown(self) -> np.ndarray:
+    def bounded_slowdown(self) -> Floats:
         floor = np.maximum(self.duration_s, BOUNDED_SLOWDOWN_FLOOR_S)
         return np.maximum(1.0, self.response_s / floor)
 
 
-def jain(values: np.ndarray) -> float:
+def jain(values: npt.ArrayLike) -> float:
     """Jain's index ``(sum x)^2 / (n * sum x^2)``: 1 when all equal, 1/n at worst; NaN if empty."""
     x = np.asarray(values, dtype=np.float64)
     if x.size == 0:
@@ -52,11 +54,11 @@ def jain(values: np.ndarray) -> float:
     return float(np.sum(x)) ** 2 / (x.size * sq) if sq > 0 else 1.0
 
 
-def _p(x: np.ndarray, q: float) -> float:
+def _p(x: Floats, q: float) -> float:
     return float(np.percentile(x, q)) if x.size else math.nan
 
 
-def _service_by(start: np.ndarray, end: np.ndarray, at: np.ndarray) -> np.ndarray:
+def _service_by(start: Floats, end: Floats, at: Floats) -> Floats:
     """Service (busy seconds) received by times ``at`` from runs ``[start, end)``.
 
     ``sum_i clip(x - start_i, 0, end_i - start_i) = sum_{start_i<=x}(x - start_i)
@@ -72,8 +74,8 @@ def _service_by(start: np.ndarray, end: np.ndarray, at: np.ndarray) -> np.ndarra
 
 
 def _backlogged_throughout(
-    submit: np.ndarray, start: np.ndarray, lo: np.ndarray, hi: np.ndarray
-) -> np.ndarray:
+    submit: Floats, start: Floats, lo: Floats, hi: Floats
+) -> npt.NDArray[np.bool_]:
     """Whether a tenant had a queued task at every instant of each window ``[lo, hi)``.
 
     A task is queued over ``[submit, start)``. The queued count is a step function; the window
@@ -92,10 +94,10 @@ def _backlogged_throughout(
     first_after_lo = np.searchsorted(uniq, lo, side="right")
     first_at_hi = np.searchsorted(uniq, hi, side="left")
     zeros_inside = zeros_before[first_at_hi] - zeros_before[first_after_lo]
-    return positive_at_lo & (zeros_inside == 0)
+    return np.asarray(positive_at_lo & (zeros_inside == 0), dtype=np.bool_)
 
 
-def window_edges(submit_s: np.ndarray, end_s: np.ndarray, window_s: float | None) -> np.ndarray:
+def window_edges(submit_s: Floats, end_s: Floats, window_s: float | None) -> Floats:
     """Window boundaries from the first submission to the last completion.
 
     The default length is the submission span divided by ``DEFAULT_WINDOWS``, so every policy
@@ -107,7 +109,7 @@ def window_edges(submit_s: np.ndarray, end_s: np.ndarray, window_s: float | None
         span = float(submit_s.max()) - t0
         window_s = span / DEFAULT_WINDOWS if span > 0 else max(t1 - t0, 1.0)
     count = max(1, math.ceil((t1 - t0) / window_s))
-    return t0 + window_s * np.arange(count + 1)
+    return np.asarray(t0 + window_s * np.arange(count + 1), dtype=np.float64)
 
 
 def summarize(run: RunArrays, workers: int, window_s: float | None = None) -> dict[str, Any]:

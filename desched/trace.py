@@ -57,7 +57,7 @@ def validate_trace(frame: pl.DataFrame, source: str = "trace") -> pl.DataFrame:
             continue
         try:
             frame = frame.with_columns(pl.col(column).cast(dtype, strict=True))
-        except Exception as exc:  # polars raises several types for a failed cast
+        except (pl.exceptions.PolarsError, ValueError, TypeError) as exc:
             raise DeschedError(
                 f"{source}: column {column!r} has type {frame.schema[column]} "
                 f"that does not cast to {dtype}: {str(exc).splitlines()[0]}"
@@ -100,7 +100,7 @@ def read_trace(path: str | Path) -> pl.DataFrame:
         raise DeschedError(f"{path}: no such trace file")
     try:
         frame = pl.read_parquet(path)
-    except Exception as exc:
+    except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
         raise DeschedError(f"{path}: not a readable Parquet file ({type(exc).__name__})") from None
     return validate_trace(frame, str(path))
 

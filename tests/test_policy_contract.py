@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 
@@ -51,7 +53,7 @@ def test_a_worker_never_runs_two_tasks_at_once_and_is_never_idle_while_work_wait
         by_worker.setdefault(result.worker[i], []).append((result.start_s[i], result.end_s[i]))
     for spans in by_worker.values():
         spans.sort()
-        for (_, end), (start, _) in zip(spans, spans[1:]):
+        for (_, end), (start, _) in itertools.pairwise(spans):
             assert start >= end
     # work conservation: when a task starts later than its submission, every worker was busy
     # at its submission instant or later until it started

@@ -197,7 +197,8 @@ def plot_wait_over_time(run_dirs: dict[str, Path], tenants: list[str], out: Path
 
     frames = {p: pl.read_parquet(d / "tasks.parquet", columns=["tenant", "submit_s", "wait_s"])
               for p, d in run_dirs.items()}
-    t_max = max(float(f["submit_s"].max() or 0.0) for f in frames.values())
+    t_max = max(float(f["submit_s"].cast(pl.Float64).max() or 0.0)  # type: ignore[arg-type]
+                for f in frames.values())
     bin_s = max(t_max / 40, 1e-9)
     fig, axes = plt.subplots(len(frames), 1, figsize=(9, 2.4 * len(frames)), sharex=True,
                              sharey=True, squeeze=False)

@@ -62,7 +62,7 @@ class Policy(ABC):
     def __len__(self) -> int:
         """Number of queued tasks."""
 
-    def complete(self, i: int, now: float, duration_s: float) -> None:  # noqa: B027
+    def complete(self, i: int, now: float, duration_s: float) -> None:
         """The completion record of task ``i`` (its real ``duration_s``) arrives at ``now``."""
 
 
@@ -83,7 +83,7 @@ class NaivePolicy(Policy):
     def __len__(self) -> int:
         return len(self.queue)
 
-    def prepare(self, now: float) -> None:  # noqa: B027
+    def prepare(self, now: float) -> None:
         """Compute per-decision quantities by scanning ``self.queue``."""
 
     @abstractmethod
@@ -94,7 +94,7 @@ class NaivePolicy(Policy):
     def explain(self, i: int, now: float) -> tuple[float, tuple[float, ...]]:
         """Score and parts of the winner ``i``."""
 
-    def taken(self, i: int, now: float) -> None:  # noqa: B027
+    def taken(self, i: int, now: float) -> None:
         """Hook after ``i`` left the queue (stateful policies charge here)."""
 
     def pop(self, now: float) -> int:
