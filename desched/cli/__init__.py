@@ -25,6 +25,9 @@ COMMANDS: dict[str, str] = {
     "tenants": "desched.cli.service:tenants",
     "workers": "desched.cli.service:workers",
     "policy": "desched.cli.service:policy",
+    "train": "desched.cli.models:train",
+    "predict": "desched.cli.models:predict",
+    "models": "desched.cli.models:models",
     "evaluate": "desched.cli.bench:evaluate",
     "tune": "desched.cli.bench:tune",
 }

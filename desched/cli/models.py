@@ -1,0 +1,137 @@
+"""Commands of the duration model: train, predict, models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from desched.errors import DeschedError
+
+DEFAULT_REGISTRY = "models/duration"
+
+
+@click.command()
+@click.option("--db", type=click.Path(path_type=Path), help="DuckDB warehouse (table completions).")
+@click.option(
+    "--trace",
+    type=click.Path(path_type=Path),
+    help="Trace Parquet file, or an SWF log (.swf, .swf.gz).",
+)
+@click.option(
+    "--registry",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_REGISTRY,
+    show_default=True,
+    help="Model registry folder.",
+)
+@click.option(
+    "--max-rounds",
+    type=click.IntRange(1),
+    default=400,
+    show_default=True,
+    help="Most boosting rounds per model (early stopping on the valid slice).",
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+def train(db: Path | None, trace: Path | None, registry: Path, max_rounds: int, seed: int) -> None:
+    """Train the duration model and offer it to the registry.
+
+    The new version becomes the champion only if its held-out MAE beats the champion's on the
+    same rows; otherwise it is kept, marked rejected, with the reason.
+    """
+    from desched.registry import register
+    from desched.training import TrainSettings, load_trace_or_swf, load_warehouse
+    from desched.training import train as fit
+
+    if (db is None) == (trace is None):
+        raise DeschedError("give exactly one of --db PATH or --trace TRACE.parquet")
+    frame = load_warehouse(db) if db is not None else load_trace_or_swf(trace)  # type: ignore[arg-type]
+    result = fit(frame, TrainSettings(max_rounds=max_rounds, seed=seed), source=str(db or trace))
+    card = register(registry, result)
+    m = card["metrics"]
+    click.echo(f"{card['version']} {card['verdict']}: {card['reason']}")
+    click.echo(
+        f"  model ({card['objective']}): MAE {m['mae_s']:.3f} s, MdAPE {m['mdape_pct']:.1f} %, "
+        f"Spearman {_fmt(m['spearman'])}"
+    )
+    for name, b in card["baselines"].items():
+        click.echo(
+            f"  {name}: MAE {b['mae_s']:.3f} s, MdAPE {b['mdape_pct']:.1f} %, "
+            f"Spearman {_fmt(b['spearman'])}"
+        )
+
+
+@click.command()
+@click.option(
+    "--registry",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_REGISTRY,
+    show_default=True,
+    help="Model registry folder.",
+)
+@click.option(
+    "--trace", type=click.Path(path_type=Path), required=True, help="Input trace Parquet."
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Output trace Parquet (the input plus predicted_s; may equal --trace).",
+)
+def predict(registry: Path, trace: Path, out: Path) -> None:
+    """Add predicted_s (the champion's predicted duration, seconds) to every task of a trace."""
+    import numpy as np
+    import polars as pl
+
+    from desched.predictor import Predictor
+    from desched.trace import read_trace, write_trace
+
+    predictor = Predictor.load(registry)
+    frame = read_trace(trace)
+    predicted = predictor.predict_batch(frame.drop("predicted_s", strict=False))
+    # A duration is positive: guard the schema against a model that extrapolates below zero.
+    predicted = np.maximum(predicted, 1e-6)
+    write_trace(frame.with_columns(pl.Series("predicted_s", predicted, pl.Float64)), out)
+    click.echo(f"{out}: {frame.height} predictions by {predictor.version}")
+
+
+@click.command()
+@click.option(
+    "--registry",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_REGISTRY,
+    show_default=True,
+    help="Model registry folder.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the listing as JSON.")
+def models(registry: Path, as_json: bool) -> None:
+    """List the registry's versions, the champion, and their held-out metrics."""
+    from desched.registry import Registry
+
+    rows = Registry(registry).listing()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo(f"{registry}: no model versions")
+        return
+    click.echo(
+        f"{'version':8} {'':2} {'verdict':9} {'objective':9} {'MAE s':>10} {'MdAPE %':>8} "
+        f"{'Spearman':>8}  best baseline (MAE s)"
+    )
+    for r in rows:
+        if "objective" not in r:
+            click.echo(f"{r['version']:8}    {r['verdict']}")
+            continue
+        mark = "*" if r["champion"] else ""
+        click.echo(
+            f"{r['version']:8} {mark:2} {r['verdict']:9} {r['objective']:9} {r['mae_s']:>10.3f} "
+            f"{r['mdape_pct']:>8.1f} {_fmt(r['spearman']):>8}  {r['best_baseline']} "
+            f"({r['best_baseline_mae_s']:.3f})"
+        )
+    click.echo("* champion")
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"

@@ -1,0 +1,123 @@
+"""Prefect tasks of the duration-model retraining: thin I/O around ``desched`` functions.
+
+Loading retries (the warehouse may be locked by an ingestion run) and is cached by the input
+file's content hash; training and registration never retry (a registration writes a version).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+from prefect import task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.context import TaskRunContext
+
+from desched import registry, training
+from desched.training import TrainResult, TrainSettings
+
+
+def _content_key(context: TaskRunContext, parameters: dict[str, Any]) -> str | None:
+    """``training-data-<sha256 of the input file>``; no caching when it cannot be read."""
+    path = parameters.get("db") or parameters.get("trace")
+    if not path or not Path(path).is_file():
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    kind = "db" if parameters.get("db") else "trace"
+    return f"training-data-{kind}-{digest.hexdigest()}"
+
+
+@task(
+    retries=2,
+    retry_delay_seconds=5,
+    cache_key_fn=_content_key,
+    cache_expiration=timedelta(days=1),
+    persist_result=True,
+)
+def load_training_data(db: str | None = None, trace: str | None = None) -> pl.DataFrame:
+    """Completion records of the warehouse (``db``) or a trace / SWF log (``trace``)."""
+    if db:
+        return training.load_warehouse(db)
+    assert trace is not None
+    return training.load_trace_or_swf(trace)
+
+
+@task
+def train_duration_model(frame: pl.DataFrame, settings: TrainSettings, source: str) -> TrainResult:
+    return training.train(frame, settings, source=source)
+
+
+@task
+def register_version(registry_dir: str, result: TrainResult) -> dict[str, Any]:
+    """Write the version, apply the promotion rule, return its card."""
+    return registry.register(registry_dir, result)
+
+
+def report_markdown(card: dict[str, Any]) -> str:
+    """The card as a person reads it: metrics against the baselines and the verdict."""
+
+    def fmt(value: float | None, digits: int = 3) -> str:
+        return "n/a" if value is None else f"{value:.{digits}f}"
+
+    lines = [
+        f"# Duration model {card['version']}: **{card['verdict']}**",
+        "",
+        f"Reason: {card['reason']}.",
+        "",
+        (
+            f"Objective `{card['objective']}` (chosen by valid-slice MAE); data "
+            f"{card['data_window']['source']}, {card['data_window']['rows']} tasks; held-out "
+            f"slice {card['data_window']['test']['rows']} tasks "
+            f"(fingerprint `{card['data_window']['heldout_fingerprint']}`)."
+        ),
+        "",
+        "| predictor | MAE (s) | MdAPE (%) | Spearman |",
+        "|---|---:|---:|---:|",
+    ]
+    m = card["metrics"]
+    lines.append(
+        f"| **model** | {fmt(m['mae_s'])} | {fmt(m['mdape_pct'], 1)} | {fmt(m['spearman'])} |"
+    )
+    for name, b in card["baselines"].items():
+        lines.append(
+            f"| {name} | {fmt(b['mae_s'])} | {fmt(b['mdape_pct'], 1)} | {fmt(b['spearman'])} |"
+        )
+    lines += ["", "| objective | valid MAE (s) | test MAE (s) | trees |", "|---|---:|---:|---:|"]
+    for name, o in card["objectives_compared"].items():
+        lines.append(
+            f"| {name} | {fmt(o['valid_mae_s'])} | {fmt(o['test_mae_s'])} | {int(o['trees'])} |"
+        )
+    q = card["quantile_metrics"]
+    if q:
+        lines += [
+            "",
+            "Quantile models on the held-out slice: "
+            + ", ".join(f"{k} {fmt(v)}" for k, v in q.items())
+            + ".",
+        ]
+    lines += ["", f"Training {fmt(card['training_time_s'], 1)} s; git `{card['git_commit']}`."]
+    return "\n".join(lines) + "\n"
+
+
+@task
+def publish_report(card: dict[str, Any]) -> None:
+    """A markdown artifact (metrics vs baselines, verdict) and a table artifact of metrics."""
+    create_markdown_artifact(
+        markdown=report_markdown(card),
+        key="duration-model-report",
+        description=f"Duration model {card['version']}: {card['verdict']}",
+    )
+    rows = [{"predictor": "model", **card["metrics"]}] + [
+        {"predictor": name, **b} for name, b in card["baselines"].items()
+    ]
+    create_table_artifact(
+        table=rows,
+        key="duration-model-metrics",
+        description=f"{card['version']} ({card['verdict']}): {card['reason']}",
+    )

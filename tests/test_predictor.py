@@ -1,0 +1,215 @@
+"""The predictor runtime: compiled predictions equal Booster.predict; clear errors; fallback."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from desched.features import HISTORY, with_history
+from desched.predictor import (
+    FALLBACK_POLICY,
+    Predictor,
+    PredictorUnavailable,
+    load_or_none,
+    policy_without_prediction,
+)
+from desched.registry import Registry, register
+from desched.training import TrainSettings, train
+from desched.workloads import generate
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("models") / "duration"
+    frame = generate("steady", tasks=2500, tenants=10, seed=21)
+    register(root, train(frame, TrainSettings(max_rounds=150)), commit="test")
+    return root
+
+
+@pytest.fixture(scope="module")
+def predictor(registry: Path) -> Predictor:
+    return Predictor.load(registry)
+
+
+def copy_registry(registry: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "duration"
+    shutil.copytree(registry, target)
+    return target
+
+
+_value = st.one_of(
+    st.just(math.nan),
+    st.floats(-1e3, 1e7, allow_nan=False),
+    st.integers(-3, 40).map(float),  # category codes: known, unseen (>= 10) and negative
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_compiled_predictions_equal_booster_predict_to_1e_9_on_random_rows(
+    predictor: Predictor, data: st.DataObject
+) -> None:
+    n_features = len(predictor.spec.names)
+    x = data.draw(
+        arrays(np.float64, st.tuples(st.integers(1, 20), st.just(n_features)), elements=_value)
+    )
+    fast = predictor.predict_batch(x)
+    reference = predictor.reference_batch(x)
+    np.testing.assert_allclose(fast, reference, rtol=0, atol=1e-9)
+    for row, want in zip(x, reference, strict=True):
+        predictor._forest.row[:] = row
+        assert abs(predictor._seconds(predictor._forest.predict_row()) - want) <= 1e-9
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    tenant=st.sampled_from(["t00", "t03", "t09", "never-seen", None]),
+    task_type=st.sampled_from(["ocr_clean", "extract", "classify", "embed", "new-type"]),
+    doc_bytes=st.one_of(st.none(), st.integers(1, 10**9)),
+    pages=st.one_of(st.none(), st.integers(1, 5000)),
+    submit_s=st.floats(0, 1e6),
+    recent=st.one_of(st.none(), st.floats(0.1, 1e4)),
+)
+def test_predict_one_equals_booster_predict_on_the_encoded_task(
+    predictor: Predictor,
+    tenant: str | None,
+    task_type: str,
+    doc_bytes: int | None,
+    pages: int | None,
+    submit_s: float,
+    recent: float | None,
+) -> None:
+    task = {
+        "tenant": tenant,
+        "task_type": task_type,
+        "doc_bytes": doc_bytes,
+        "pages": pages,
+        "submit_s": submit_s,
+        "tenant_recent_mean_s": recent,
+    }
+    got = predictor.predict_one(task)
+    want = predictor.reference_batch(predictor.encode(task)[None, :])[0]
+    assert abs(got - want) <= 1e-9
+
+
+def test_batch_and_single_predictions_of_a_trace_agree(predictor: Predictor) -> None:
+    frame = with_history(generate("steady", tasks=300, tenants=10, seed=4))
+    batch = predictor.predict_batch(frame)
+    singles = [predictor.predict_one(row) for row in frame.iter_rows(named=True)]
+    np.testing.assert_allclose(batch, singles, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(
+        batch, predictor.reference_batch(predictor.features_of(frame)), rtol=0, atol=1e-9
+    )
+    assert np.all(batch > 0)
+
+
+def test_predict_one_reads_history_only_from_reported_completions(registry: Path) -> None:
+    p = Predictor.load(registry)
+    task = {
+        "tenant": "t01",
+        "task_type": "extract",
+        "doc_bytes": 50_000,
+        "pages": 3,
+        "submit_s": 100.0,
+    }
+    assert np.isnan(p.encode(task)[-len(HISTORY) :]).all()
+    p.observe_completion("t01", "extract", 10.0)
+    p.observe_completion("t01", "embed", 20.0)
+    history = dict(zip(HISTORY, p.encode(task)[-len(HISTORY) :], strict=True))
+    assert history == {
+        "tenant_recent_mean_s": 15.0,
+        "tenant_last2_mean_s": 15.0,
+        "tenant_type_recent_mean_s": 10.0,
+        "tenant_done_n": 2.0,
+    }
+
+
+def test_a_missing_registry_gives_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(PredictorUnavailable, match="no champion model"):
+        Predictor.load(tmp_path / "nothing")
+
+
+def test_a_corrupt_model_file_gives_a_clear_error(registry: Path, tmp_path: Path) -> None:
+    root = copy_registry(registry, tmp_path)
+    (root / "v0001" / "model.txt").write_text("tree\nnot a model\n")
+    with pytest.raises(PredictorUnavailable, match="model file is corrupt"):
+        Predictor.load(root)
+
+
+def test_a_deleted_model_file_gives_a_clear_error(registry: Path, tmp_path: Path) -> None:
+    root = copy_registry(registry, tmp_path)
+    (root / "v0001" / "model.txt").unlink()
+    with pytest.raises(PredictorUnavailable, match="model file is missing"):
+        Predictor.load(root)
+
+
+def test_a_corrupt_card_or_champion_pointer_gives_a_clear_error(
+    registry: Path, tmp_path: Path
+) -> None:
+    root = copy_registry(registry, tmp_path)
+    (root / "v0001" / "card.json").write_text("{not json")
+    with pytest.raises(PredictorUnavailable, match="unreadable model card"):
+        Predictor.load(root)
+    (root / "CHAMPION").write_text("v0042\n")
+    with pytest.raises(PredictorUnavailable, match="has no card"):
+        Predictor.load(root)
+
+
+def test_a_corrupt_compiled_file_is_recompiled_not_loaded(
+    registry: Path, predictor: Predictor, tmp_path: Path
+) -> None:
+    root = copy_registry(registry, tmp_path)
+    (root / "v0001" / "model.so").write_bytes(b"\x7fELF garbage")
+    rebuilt = Predictor.load(root)
+    x = predictor.features_of(generate("steady", tasks=200, tenants=10, seed=9))
+    np.testing.assert_allclose(rebuilt.predict_batch(x), predictor.predict_batch(x), atol=1e-12)
+
+
+def test_a_missing_model_lets_the_scheduler_fall_back_to_a_policy_without_prediction(
+    tmp_path: Path,
+) -> None:
+    loaded, reason = load_or_none(tmp_path / "nothing")
+    assert loaded is None and reason is not None and "no champion" in reason
+    assert policy_without_prediction("srpt-predicted", True, loaded is not None) == FALLBACK_POLICY
+    assert policy_without_prediction("fifo", False, False) == "fifo"
+
+
+def test_the_predictor_runtime_imports_neither_prefect_nor_lightgbm() -> None:
+    code = (
+        "import sys, desched.predictor, desched.registry, desched.training, desched.features;"
+        "bad = [m for m in ('prefect', 'lightgbm', 'lleaves') if m in sys.modules];"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_registry_listing_marks_the_champion(registry: Path) -> None:
+    rows = Registry(registry).listing()
+    assert [(r["version"], r["champion"], r["verdict"]) for r in rows] == [
+        ("v0001", True, "promoted")
+    ]
+    card = json.loads((registry / "v0001" / "card.json").read_text())
+    assert card["sha256"]["model"] and card["compiled_for"]
+
+
+def test_predicting_a_frame_without_history_columns_computes_them_from_the_frame(
+    predictor: Predictor,
+) -> None:
+    frame = generate("steady", tasks=50, tenants=10, seed=2)
+    assert not any(c in frame.columns for c in HISTORY)
+    np.testing.assert_allclose(
+        predictor.predict_batch(frame), predictor.predict_batch(with_history(frame)), atol=0
+    )
+    assert isinstance(frame, pl.DataFrame)

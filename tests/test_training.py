@@ -1,0 +1,321 @@
+"""Duration-model features, training, the registry's promotion rule, the flow and the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from desched.cli import cli
+from desched.features import HISTORY, with_history
+from desched.registry import Registry, decide, register
+from desched.trace import write_trace
+from desched.training import OBJECTIVES, Split, TrainResult, TrainSettings, train
+from desched.workloads import generate
+
+FAST = TrainSettings(max_rounds=120, early_stopping_rounds=20)
+WEAK = TrainSettings(max_rounds=2, objectives=("l2",), quantiles=())
+
+
+def small_trace(tasks: int = 2500, seed: int = 7) -> pl.DataFrame:
+    return generate("steady", tasks=tasks, tenants=10, seed=seed)
+
+
+@pytest.fixture(scope="module")
+def trained() -> TrainResult:
+    return train(small_trace(), FAST)
+
+
+# --- features ----------------------------------------------------------------------------
+
+
+def reference_history(frame: pl.DataFrame, window: int = 5) -> list[dict[str, float]]:
+    """The history columns by brute force: for each task, scan every task that ended before it
+    was submitted (end = submit + duration), in end order, ties in row order."""
+    rows = frame.to_dicts()
+    out = []
+    for r in rows:
+        done = [
+            (q["submit_s"] + q["duration_s"], j, q)
+            for j, q in enumerate(rows)
+            if q["tenant"] == r["tenant"] and q["submit_s"] + q["duration_s"] < r["submit_s"]
+        ]
+        done.sort(key=lambda e: (e[0], e[1]))
+        durations = [q["duration_s"] for _, _, q in done]
+        same_type = [q["duration_s"] for _, _, q in done if q["task_type"] == r["task_type"]]
+
+        def mean(xs: list[float]) -> float:
+            return sum(xs) / len(xs) if xs else math.nan
+
+        out.append(
+            {
+                "tenant_recent_mean_s": mean(durations[-window:]),
+                "tenant_last2_mean_s": mean(durations[-2:]),
+                "tenant_type_recent_mean_s": mean(same_type[-window:]),
+                "tenant_done_n": float(len(durations)) if durations else math.nan,
+            }
+        )
+    return out
+
+
+_tasks = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c"]),
+        st.sampled_from(["ocr_clean", "embed"]),
+        st.integers(0, 30).map(float),
+        st.integers(1, 12).map(float),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_tasks)
+def test_the_history_features_equal_a_brute_force_scan_of_tasks_that_ended_before_the_submit(
+    tasks: list[tuple[str, str, float, float]],
+) -> None:
+    frame = pl.DataFrame(
+        tasks, schema=["tenant", "task_type", "submit_s", "duration_s"], orient="row"
+    ).with_columns(pl.format("t{}", pl.int_range(pl.len())).alias("task_id"))
+    got = with_history(frame).select(HISTORY).to_dicts()
+    want = reference_history(frame)
+    for g, w in zip(got, want, strict=True):
+        for c in HISTORY:
+            assert (math.isnan(g[c]) and math.isnan(w[c])) or g[c] == pytest.approx(w[c]), c
+
+
+def test_a_tenants_recent_mean_never_uses_a_task_that_finishes_after_the_submit() -> None:
+    frame = pl.DataFrame(
+        {
+            "task_id": ["long", "short", "probe"],
+            "tenant": ["a", "a", "a"],
+            "task_type": ["extract"] * 3,
+            "submit_s": [0.0, 1.0, 5.0],
+            "duration_s": [100.0, 2.0, 1.0],  # "long" ends at 100, after probe's submit at 5
+        }
+    )
+    probe = with_history(frame).row(2, named=True)
+    assert probe["tenant_recent_mean_s"] == 2.0
+    assert probe["tenant_done_n"] == 1.0
+
+
+def test_a_task_ending_exactly_at_the_submit_is_not_yet_history() -> None:
+    frame = pl.DataFrame(
+        {
+            "task_id": ["x", "y"],
+            "tenant": ["a", "a"],
+            "task_type": ["embed", "embed"],
+            "submit_s": [0.0, 3.0],
+            "duration_s": [3.0, 1.0],
+        }
+    )
+    assert math.isnan(with_history(frame).row(1, named=True)["tenant_recent_mean_s"])
+
+
+def test_history_uses_the_recorded_end_time_when_the_frame_has_one() -> None:
+    frame = pl.DataFrame(
+        {
+            "task_id": ["x", "y"],
+            "tenant": ["a", "a"],
+            "task_type": ["embed", "embed"],
+            "submit_s": [0.0, 5.0],
+            "duration_s": [1.0, 1.0],
+            "wait_s": [10.0, 0.0],  # x queued 10 s: it ends at 11, after y's submit
+        }
+    )
+    assert math.isnan(with_history(frame).row(1, named=True)["tenant_recent_mean_s"])
+    assert with_history(frame.drop("wait_s")).row(1, named=True)["tenant_recent_mean_s"] == 1.0
+
+
+def test_the_split_is_time_ordered_and_covers_every_row() -> None:
+    s = Split.of(1000, 0.15, 0.15)
+    assert (s.train.stop, s.valid.start, s.valid.stop, s.test.start, s.test.stop) == (
+        700,
+        700,
+        850,
+        850,
+        1000,
+    )
+
+
+# --- training ------------------------------------------------------------------------------
+
+
+def test_the_model_beats_every_baseline_on_mae_on_the_held_out_slice(trained: TrainResult) -> None:
+    for name, baseline in trained.baselines.items():
+        assert trained.metrics["mae_s"] < baseline["mae_s"], name
+    assert trained.metrics["spearman"] > 0.9
+
+
+def test_the_objective_is_the_one_with_the_lowest_valid_error(trained: TrainResult) -> None:
+    assert set(trained.objectives) == set(OBJECTIVES)
+    best = min(trained.objectives.values(), key=lambda o: o["valid_mae_s"])
+    assert trained.objectives[trained.objective] == best
+
+
+def test_the_p90_model_sits_above_the_p50_model(trained: TrainResult) -> None:
+    q = trained.quantile_metrics
+    assert q["p50_coverage"] < q["p90_coverage"]
+    assert 0.75 < q["p90_coverage"] <= 1.0
+
+
+def test_the_held_out_slice_is_the_last_tasks_by_submit_time(trained: TrainResult) -> None:
+    w = trained.window
+    assert w["train"]["submit_s_max"] <= w["valid"]["submit_s_min"]
+    assert w["valid"]["submit_s_max"] <= w["test"]["submit_s_min"]
+    assert trained.test_frame.height == w["test"]["rows"]
+
+
+# --- registry --------------------------------------------------------------------------------
+
+
+def test_the_promotion_rule_needs_a_strictly_lower_mae() -> None:
+    assert decide(1.0, None, None).promoted
+    assert decide(1.0, "v0001", 2.0).promoted
+    tie = decide(2.0, "v0001", 2.0)
+    assert not tie.promoted and "does not beat champion v0001" in tie.reason
+    assert decide(9.0, "v0001", None, unscorable="it needs feature column(s) pages").promoted
+
+
+def test_a_better_version_is_promoted_and_a_worse_one_is_kept_as_rejected_with_its_reason(
+    tmp_path: Path, trained: TrainResult
+) -> None:
+    reg = Registry(tmp_path / "duration")
+    weak = register(reg.root, train(small_trace(), WEAK), commit="abc")
+    assert (weak["verdict"], reg.champion()) == ("promoted", "v0001")
+
+    good = register(reg.root, trained, commit="abc")
+    assert (good["verdict"], reg.champion()) == ("promoted", "v0002")
+    assert good["promotion"]["champion_before"] == "v0001"
+    assert good["promotion"]["champion_mae_s"] > good["promotion"]["challenger_mae_s"]
+
+    worse = register(reg.root, train(small_trace(), WEAK), commit="abc")
+    assert worse["verdict"] == "rejected"
+    assert "does not beat champion v0002" in worse["reason"]
+    assert reg.champion() == "v0002"
+    assert reg.versions() == ["v0001", "v0002", "v0003"]
+    card = json.loads((reg.root / "v0003" / "card.json").read_text())
+    assert card["verdict"] == "rejected" and card["reason"] == worse["reason"]
+    for name in ("model.txt", "model.so", "card.json"):
+        assert (reg.root / "v0003" / name).is_file()
+
+
+def test_the_card_records_features_window_metrics_baselines_and_commit(
+    tmp_path: Path, trained: TrainResult
+) -> None:
+    card = register(tmp_path / "r", trained, commit="deadbeef")
+    tenants = card["features"]["categories"]["tenant"]
+    assert tenants == sorted(tenants) == trained.spec.categories["tenant"]
+    assert card["features"]["size_features"] == ["doc_bytes", "pages"]
+    assert set(card["baselines"]) == {"global_median", "tenant_type_mean", "tenant_last2_mean"}
+    assert all(card["beats_baselines"].values())
+    assert card["git_commit"] == "deadbeef"
+    assert card["data_window"]["heldout_fingerprint"]
+    assert card["training_time_s"] > 0 and set(card["files"]) == {"model", "compiled", "p50", "p90"}
+
+
+def test_a_champion_that_cannot_score_the_new_slice_is_replaced_with_the_reason(
+    tmp_path: Path, trained: TrainResult
+) -> None:
+    register(tmp_path / "r", trained, commit="x")
+    other = small_trace(1500, seed=3).drop("doc_bytes", "pages")
+    card = register(tmp_path / "r", train(other, FAST), commit="x")
+    assert card["verdict"] == "promoted"
+    assert "cannot score" in card["reason"] and "doc_bytes" in card["reason"]
+
+
+# --- flow ------------------------------------------------------------------------------------
+
+
+def test_the_retrain_flow_registers_a_version_and_publishes_its_report(
+    prefect_harness: None, tmp_path: Path
+) -> None:
+    from prefect.artifacts import Artifact
+
+    from flows.retrain import retrain_duration_model
+
+    trace = write_trace(small_trace(1500, seed=11), tmp_path / "trace.parquet")
+    out = retrain_duration_model(trace=str(trace), registry=str(tmp_path / "reg"), max_rounds=60)
+    assert out["verdict"] == "promoted" and out["version"] == "v0001"
+    report = Artifact.get("duration-model-report")
+    assert (
+        report is not None
+        and "v0001" in str(report.data)
+        and "tenant_last2_mean" in str(report.data)
+    )
+
+
+def test_the_training_data_loader_reads_the_warehouse_completions(tmp_path: Path) -> None:
+    import duckdb
+
+    from tasks.retrain import load_training_data
+
+    trace = small_trace(800, seed=5)
+    completions = trace.with_columns(
+        (pl.col("submit_s") + pl.col("duration_s") + 3.0).alias("t"), pl.lit("ok").alias("status")
+    )
+    failed = completions.head(2).with_columns(
+        pl.format("f{}", pl.col("task_id")).alias("task_id"), pl.lit("failed").alias("status")
+    )
+    db = tmp_path / "warehouse.duckdb"
+    with duckdb.connect(str(db)) as con:
+        con.register("c", pl.concat([completions, failed]).to_arrow())
+        con.execute("CREATE TABLE completions AS SELECT * FROM c")
+    frame = load_training_data.fn(db=str(db))
+    assert frame.height == 800 and "end_s" in frame.columns
+    assert train(frame, WEAK).window["rows"] == 800
+
+
+# --- CLI -------------------------------------------------------------------------------------
+
+
+def test_the_cli_trains_predicts_and_lists_models_end_to_end(tmp_path: Path) -> None:
+    runner = CliRunner()
+    trace = write_trace(small_trace(1500, seed=13), tmp_path / "trace.parquet")
+    reg = tmp_path / "models" / "duration"
+    res = runner.invoke(
+        cli, ["train", "--trace", str(trace), "--registry", str(reg), "--max-rounds", "60"]
+    )
+    assert res.exit_code == 0, res.output
+    assert res.output.startswith("v0001 promoted")
+    out = tmp_path / "predicted.parquet"
+    res = runner.invoke(
+        cli, ["predict", "--registry", str(reg), "--trace", str(trace), "--out", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    predicted = pl.read_parquet(out)["predicted_s"].to_numpy()
+    assert predicted.shape == (1500,) and np.all(predicted > 0)
+    res = runner.invoke(cli, ["models", "--registry", str(reg), "--json"])
+    rows = json.loads(res.output)
+    assert [(r["version"], r["champion"]) for r in rows] == [("v0001", True)]
+    assert "v0001" in runner.invoke(cli, ["models", "--registry", str(reg)]).output
+
+
+def test_the_cli_gives_one_line_errors_for_bad_arguments_and_missing_models(tmp_path: Path) -> None:
+    runner = CliRunner()
+    res = runner.invoke(cli, ["train", "--registry", str(tmp_path)])
+    assert res.exit_code == 2 and "exactly one of --db" in res.output
+    trace = write_trace(small_trace(300, seed=1), tmp_path / "t.parquet")
+    res = runner.invoke(
+        cli,
+        [
+            "predict",
+            "--registry",
+            str(tmp_path / "none"),
+            "--trace",
+            str(trace),
+            "--out",
+            str(tmp_path / "o.parquet"),
+        ],
+    )
+    assert res.exit_code == 2 and "no champion model" in res.output
+    for command in ("train", "predict", "models"):
+        assert runner.invoke(cli, [command, "--help"]).exit_code == 0
