@@ -12,13 +12,11 @@ export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 90
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,pipeline]'
+	$(PY) -m pip install -q -e '.[dev,pipeline,service,bench]'
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/desched scenario flood --out data/traces/flood.parquet --seed 1
-	$(VENV)/bin/desched compare --trace data/traces/flood.parquet --workers 8 \
-	  --policies ifs-memoryless,vtc,ifs-counter,round-robin,fifo --out data/runs/flood
+	$(VENV)/bin/desched demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -161,6 +161,8 @@ def backend(
         yield Backend("sqlite", tmp)
         return
     if not pg_available():
+        if os.environ.get("DESCHED_REQUIRE_POSTGRES"):
+            pytest.fail("DESCHED_REQUIRE_POSTGRES is set but no PostgreSQL answers at 127.0.0.1:5432")
         pytest.skip("no PostgreSQL server at 127.0.0.1:5432")
     import psycopg
 
