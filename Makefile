@@ -12,7 +12,7 @@ export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 90
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,pipeline,service,bench]'
+	$(PY) -m pip install -q -e '.[dev,pipeline,service,bench,enrich]'
 	touch $(STAMP)
 
 demo: $(STAMP)

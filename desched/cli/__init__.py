@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "tenants": "desched.cli.service:tenants",
     "workers": "desched.cli.service:workers",
     "policy": "desched.cli.service:policy",
+    "live-demo": "desched.cli.live:live_demo",
     "train": "desched.cli.models:train",
     "predict": "desched.cli.models:predict",
     "models": "desched.cli.models:models",

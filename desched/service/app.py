@@ -37,6 +37,7 @@ from desched.service.decision_log import DecisionLog
 from desched.service.scheduler import (
     Clock,
     DurationPredictor,
+    MemoryPredictor,
     NewTask,
     Pending,
     Scheduler,
@@ -133,6 +134,21 @@ async def committed(pending: Pending | None) -> None:
         raise Unavailable("the database did not commit in time; retry") from None
 
 
+def load_memory_model(folder: Path | None) -> MemoryPredictor | None:
+    """The peak-memory model in ``folder``, or None (no folder, no model, or no LightGBM)."""
+    if folder is None or not Path(folder).exists():
+        return None
+    try:
+        from desched.enrich.memory_model import load_or_none
+    except ImportError:
+        return None
+    try:
+        return load_or_none(folder)
+    except (ImportError, DeschedError, OSError, ValueError) as exc:
+        logger.warning("no memory model: %s", exc)
+        return None
+
+
 def load_predictor(registry: Path | None) -> DurationPredictor | None:
     """The registry's champion, or None (no registry, no champion, or no predictor module)."""
     if registry is None or not Path(registry).exists():
@@ -178,6 +194,8 @@ def build_scheduler(settings: ServiceSettings) -> Scheduler:
         predictor=load_predictor(settings.predictor_registry),
         policy=settings.policy,
         policy_params=settings.policy_params,
+        memory_model=load_memory_model(settings.memory_model),
+        max_fit_skips=settings.max_fit_skips,
     )
 
 
@@ -328,7 +346,8 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
         responses={204: {"description": "no queued task"}},
     )
     async def poll(body: m.PollIn, worker: Worker) -> Any:
-        """The policy's choice for this worker, with a lease; 204 when there is none."""
+        """The policy's choice among the tasks that fit ``free_mem_mb``, with a lease; 204
+        when there is none."""
         grant, pending = sched.poll(worker, body.worker_id, body.free_mem_mb)
         if grant is None:
             return Response(status_code=204)
@@ -348,6 +367,7 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
                 "pages": t.pages,
                 "mem_mb": t.mem_mb,
                 "predicted_s": None if math.isnan(t.predicted_s) else t.predicted_s,
+                "predicted_mem_mb": t.predicted_mem_mb,
             }
         )
 

@@ -66,6 +66,9 @@ class TaskView(Body):
     start_s: float | None = Field(None, description="start of the latest attempt")
     end_s: float | None
     predicted_s: float | None
+    predicted_mem_mb: float | None = Field(
+        None, description="memory the task is predicted to need (mem_mb hint or model)"
+    )
     duration_s: float | None = Field(None, description="real duration, as the worker reported")
     peak_mem_mb: float | None
     result_ref: str | None = Field(None, description="where the worker put the result")
@@ -74,7 +77,11 @@ class TaskView(Body):
 
 class PollIn(Body):
     worker_id: Name = Field(description="the polling instance of this worker (slot, GPU, ...)")
-    free_mem_mb: MemoryMb | None = Field(None, description="memory free on the worker")
+    free_mem_mb: MemoryMb | None = Field(
+        None,
+        description="memory free on the worker: only a task predicted to fit is handed out "
+        "(a task without a prediction fits anywhere); none: every task fits",
+    )
 
 
 class LeaseOut(Body):
@@ -89,6 +96,9 @@ class LeaseOut(Body):
     pages: int | None
     mem_mb: float | None
     predicted_s: float | None
+    predicted_mem_mb: float | None = Field(
+        None, description="memory the task is predicted to need; at most the poll's free_mem_mb"
+    )
 
 
 class LeaseIn(Body):

@@ -27,6 +27,20 @@ Invariants, each enforced under one lock:
 The mechanism never branches on which policy runs; it reads only the policy's declared
 ``reads`` to refuse one that needs predictions when no predictor is loaded.
 
+Memory-aware dispatch (the memory-constrained scheduling that motivates the enrichment
+workers): every task carries ``predicted_mem_mb``, fixed at submit: the larger of the
+submitted ``mem_mb`` hint and the memory model's prediction (either may be absent; with
+neither it is unknown and the task fits anywhere). A poll that states ``free_mem_mb`` gets
+only a task with ``predicted_mem_mb <= free_mem_mb``: the mechanism pops candidates in the
+policy's order until one fits and pushes the skipped ones back; after ``max_fit_skips``
+candidates that do not fit, the poll gets nothing. Cost: O(s + 1) pops and s pushes for s skipped tasks;
+nothing when the winner fits. The policy contract is unchanged, so every policy gets it, with
+one caveat: a skipped candidate counts for the policy as handed out and re-queued, so a
+policy that moves state on ``pop`` moves it for the skip too (``round-robin`` sends the
+tenant to the back of its ring; ``vtc`` charges a predicted duration, and may lift a tenant
+whose last task was skipped). A worker may hold several leases at once: a GPU worker polls
+again, with what its memory has left, while a task fits.
+
 Memory: live tasks cost a ``LiveTask`` each and leave memory when they end; the
 ``TaskTable`` (whose positions the policy holds) keeps one row per task submitted since the
 start, about 150 bytes for a finished one, until the next start or rebuild compacts it.
@@ -94,6 +108,12 @@ class Unavailable(ServiceError):
     status = 503
 
 
+class MemoryPredictor(Protocol):
+    """What the submit path needs of ``desched.enrich.memory_model.MemoryModel``."""
+
+    def predict_mb(self, rows: Sequence[dict[str, Any]]) -> list[float]: ...
+
+
 class DurationPredictor(Protocol):
     """What the submit path needs of ``desched.predictor.Predictor``."""
 
@@ -149,6 +169,7 @@ class LiveTask:
     mem_mb: float | None
     submit_s: float
     predicted_s: float
+    predicted_mem_mb: float | None = None
     attempts: int = 0
     worker: str | None = None
     worker_id: str | None = None
@@ -176,6 +197,8 @@ class Counters:
     dead_lettered: int = 0
     lease_expiries: int = 0
     policy_switches: int = 0
+    unfit_skips: int = 0
+    unfit_polls: int = 0
     latency_sum_s: float = 0.0
     latency_buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_S) + 1))
 
@@ -335,6 +358,8 @@ class Scheduler:
         predictor: DurationPredictor | None = None,
         policy: str | None = None,
         policy_params: dict[str, str] | None = None,
+        memory_model: MemoryPredictor | None = None,
+        max_fit_skips: int = 64,
     ) -> None:
         self.store = store
         self.write_store = (
@@ -347,6 +372,8 @@ class Scheduler:
         self.clock = clock if clock is not None else Clock()
         self.log = log
         self.predictor = predictor
+        self.memory_model = memory_model
+        self.max_fit_skips = max_fit_skips
         self.lock = threading.Lock()
         self.read_lock = threading.Lock()
         self.writer = Writer(self.write_store, self._recover)
@@ -443,6 +470,7 @@ class Scheduler:
             mem_mb=row["mem_mb"],
             submit_s=row["submit_s"],
             predicted_s=predicted,
+            predicted_mem_mb=row.get("predicted_mem_mb"),
             attempts=row["attempts"],
         )
         i = self.tasks.append(task.task_id, task.tenant, task.submit_s, math.nan, predicted)
@@ -559,6 +587,7 @@ class Scheduler:
             now = self.clock()
             new: list[LiveTask] = []
             writes: list[Write] = []
+            memory = self._predict_memory(tenant, items)
             for j, item in enumerate(items):
                 task = LiveTask(
                     seq=self.next_seq + j,
@@ -571,6 +600,7 @@ class Scheduler:
                     mem_mb=item.mem_mb,
                     submit_s=now,
                     predicted_s=self._predict(tenant, item, now),
+                    predicted_mem_mb=memory[j],
                 )
                 new.append(task)
                 writes.append(
@@ -585,6 +615,7 @@ class Scheduler:
                             task.doc_bytes,
                             task.pages,
                             task.mem_mb,
+                            task.predicted_mem_mb,
                             now,
                             None if math.isnan(task.predicted_s) else task.predicted_s,
                             idempotency_key,
@@ -622,6 +653,33 @@ class Scheduler:
         predicted = float(self.predictor.predict_one(features))
         return predicted if math.isfinite(predicted) and predicted > 0 else math.nan
 
+    def _predict_memory(self, tenant: str, items: Sequence[NewTask]) -> list[float | None]:
+        """``predicted_mem_mb`` of each item: the larger of its ``mem_mb`` hint and the memory
+        model's prediction; None when there is neither."""
+        model: list[float | None] = [None] * len(items)
+        if self.memory_model is not None:
+            rows = [
+                {
+                    "tenant": tenant,
+                    "task_type": t.task_type,
+                    "doc_bytes": t.doc_bytes,
+                    "pages": t.pages,
+                }
+                for t in items
+            ]
+            try:
+                model = [
+                    v if math.isfinite(v) and v >= 0 else None
+                    for v in self.memory_model.predict_mb(rows)
+                ]
+            except Exception:  # a broken model must not refuse submits: fall back to hints
+                logger.exception("memory model failed; using the mem_mb hints")
+        out: list[float | None] = []
+        for item, predicted in zip(items, model):
+            known = [v for v in (item.mem_mb, predicted) if v is not None]
+            out.append(max(known) if known else None)
+        return out
+
     def task_view(self, tenant: str, task_id: str) -> dict[str, Any]:
         """The stored record of ``task_id`` if ``tenant`` owns it, else ``NotFound``."""
         with self.read_lock:
@@ -635,11 +693,9 @@ class Scheduler:
     def poll(
         self, worker: str, worker_id: str, free_mem_mb: float | None = None
     ) -> tuple[Grant | None, Pending | None]:
-        """The policy's winner, leased to ``worker``, with the commit of the lease to await;
-        ``(None, None)`` when the queue is empty.
-
-        ``free_mem_mb`` is recorded for memory-aware dispatch, which is not implemented:
-        every queued task is taken to fit.
+        """The policy's winner among the tasks that fit in ``free_mem_mb`` (all of them when
+        it is None), leased to ``worker``, with the commit of the lease to await;
+        ``(None, None)`` when no queued task fits (module docstring, memory-aware dispatch).
         """
         with self.lock:
             t0 = time.perf_counter()
@@ -649,7 +705,10 @@ class Scheduler:
                 return None, None
             policy = self.policy
             queue_len = len(self.queued)
-            i = policy.pop(now)
+            found = self._pop_fitting(now, free_mem_mb)
+            if found is None:
+                return None, None
+            i, skipped = found
             task = self.live[i]
             lease_id = secrets.token_urlsafe(16)
             expires = now + self.lease_s
@@ -690,11 +749,39 @@ class Scheduler:
                     "tenant_backlog": tenant_backlog,
                     "wait_s": now - task.submit_s,
                     "free_mem_mb": free_mem_mb,
+                    "predicted_mem_mb": task.predicted_mem_mb,
+                    "skipped_unfit": skipped,
                 }
                 record.update(zip(policy.components, policy.parts))
                 self._log_after(pending, "decision", now, record)
             self.counters.observe_latency(time.perf_counter() - t0)
             return Grant(task, lease_id, expires, attempt), pending
+
+    def _pop_fitting(self, now: float, free_mem_mb: float | None) -> tuple[int, int] | None:
+        """Pop the policy's first candidate that fits in ``free_mem_mb``; push the skipped
+        ones back, in the order they came out. ``(position, skipped)``, or None when none of
+        the first ``max_fit_skips`` candidates fits. Called under the lock, queue not empty.
+        """
+        policy = self.policy
+        skipped: list[int] = []
+        chosen: int | None = None
+        while len(policy) > 0:
+            i = policy.pop(now)
+            need = self.live[i].predicted_mem_mb
+            if free_mem_mb is None or need is None or need <= free_mem_mb:
+                chosen = i
+                break
+            skipped.append(i)
+            if len(skipped) >= self.max_fit_skips:
+                break
+        if skipped:
+            for j in skipped:
+                policy.push(j, now)
+            self.counters.unfit_skips += len(skipped)
+        if chosen is None:
+            self.counters.unfit_polls += 1
+            return None
+        return chosen, len(skipped)
 
     def _leased(self, worker: str, task_id: str, lease_id: str, now: float) -> tuple[int, LiveTask]:
         """The leased task ``task_id`` if ``worker`` holds its current lease ``lease_id``."""
@@ -885,6 +972,7 @@ class Scheduler:
                 "doc_bytes": task.doc_bytes,
                 "pages": task.pages,
                 "predicted_s": task.predicted_s,
+                "predicted_mem_mb": task.predicted_mem_mb,
             },
         )
 
@@ -933,6 +1021,18 @@ class Scheduler:
                 "counter",
                 "Live policy switches.",
                 c.policy_switches,
+            ),
+            (
+                "desched_unfit_skips_total",
+                "counter",
+                "Candidates skipped because they did not fit the poll's free memory.",
+                c.unfit_skips,
+            ),
+            (
+                "desched_unfit_polls_total",
+                "counter",
+                "Polls left without a task because none of the candidates fit.",
+                c.unfit_polls,
             ),
         ]
         for name, kind, text, value in scalar:

@@ -61,6 +61,18 @@ class ServiceSettings(BaseSettings):
         description="model registry whose champion predicts durations at submit; None or a "
         "missing registry leaves predicted_s unset",
     )
+    memory_model: Path | None = Field(
+        None,
+        description="folder of the peak-memory model (desched.enrich.memory_model) that "
+        "predicts predicted_mem_mb at submit; None or a missing folder uses the mem_mb hints",
+    )
+    max_fit_skips: int = Field(
+        64,
+        ge=1,
+        le=100_000,
+        description="candidates a poll may skip, in the policy's order, because they do not "
+        "fit the worker's free_mem_mb; past that the poll gets nothing",
+    )
     durability: Literal["process", "machine"] = Field(
         "process",
         description="what an acknowledged write survives. process: a crash of the service "

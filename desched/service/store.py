@@ -68,6 +68,7 @@ SCHEMA = (
         doc_bytes BIGINT,
         pages BIGINT,
         mem_mb DOUBLE PRECISION,
+        predicted_mem_mb DOUBLE PRECISION,
         submit_s DOUBLE PRECISION NOT NULL,
         predicted_s DOUBLE PRECISION,
         batch_key TEXT,
@@ -103,6 +104,7 @@ TASK_COLUMNS = (
     "doc_bytes",
     "pages",
     "mem_mb",
+    "predicted_mem_mb",
     "submit_s",
     "predicted_s",
     "batch_key",
@@ -119,6 +121,7 @@ LIVE_COLUMNS = (
     "doc_bytes",
     "pages",
     "mem_mb",
+    "predicted_mem_mb",
     "submit_s",
     "predicted_s",
     "state",
@@ -139,13 +142,24 @@ VIEW_COLUMNS = (
     "start_s",
     "end_s",
     "predicted_s",
+    "predicted_mem_mb",
     "duration_s",
     "peak_mem_mb",
     "result_ref",
     "error",
 )
+ADDED_COLUMNS = (("predicted_mem_mb", "DOUBLE PRECISION"),)
+"""Columns of ``tasks`` added after the first release: ``migrate`` adds them to an old database."""
 _ADVISORY_KEY = 0x64657363  # "desc"
 POLICY_KEY = "policy"
+
+
+def _pg_errors() -> tuple[type[Exception], ...]:
+    try:
+        import psycopg
+    except ImportError:
+        return ()
+    return (psycopg.Error,)
 
 
 def new_token() -> str:
@@ -256,10 +270,17 @@ class Store:
         self.conn.execute("COMMIT")
 
     def migrate(self) -> None:
-        """Create the tables if they do not exist (idempotent)."""
+        """Create the tables if they do not exist, and add the columns later versions added
+        to an older database (idempotent)."""
         with self.transaction():
             for statement in SCHEMA:
                 self.execute(statement)
+        missing: tuple[type[Exception], ...] = (sqlite3.Error, *_pg_errors())
+        for column, kind in ADDED_COLUMNS:
+            try:
+                self.execute(f"SELECT {column} FROM tasks WHERE 1 = 0").fetchall()
+            except missing:
+                self.execute(f"ALTER TABLE tasks ADD COLUMN {column} {kind}")
 
     def acquire_writer_lock(self) -> None:
         """Become the one service writing this database, or raise if another one is."""

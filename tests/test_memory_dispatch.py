@@ -1,0 +1,217 @@
+"""Memory-aware dispatch in the live scheduler (in-process, SQLite, injected clock)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from desched.enrich.client import Lease, poll_while_fits
+from desched.policies import REGISTRY
+from desched.service.scheduler import NewTask, Scheduler, wait
+from desched.service.store import SCHEMA, Store
+from tests.test_service_scheduler import FakeTime, make_scheduler
+
+
+class FixedMemory:
+    """Predicts 100 MiB per page (a stand-in for the LightGBM memory model)."""
+
+    def predict_mb(self, rows: Sequence[dict[str, Any]]) -> list[float]:
+        return [100.0 * float(r.get("pages") or 1) for r in rows]
+
+
+@pytest.fixture
+def sched(tmp_path: Path) -> Iterator[Scheduler]:
+    s = make_scheduler(tmp_path / "state.db", FakeTime(), policy="fifo")
+    yield s
+    s.stop()
+
+
+def submit(sched: Scheduler, tenant: str, mems: Sequence[float | None]) -> list[str]:
+    ids, _, pending = sched.submit(tenant, [NewTask("embed", mem_mb=m) for m in mems])
+    wait(pending)
+    return ids
+
+
+def poll(sched: Scheduler, free_mem_mb: float | None, worker_id: str = "gpu-0") -> Any:
+    grant, pending = sched.poll("w", worker_id, free_mem_mb)
+    wait(pending)
+    return grant
+
+
+def test_a_poll_gets_the_first_task_in_policy_order_that_fits(sched: Scheduler) -> None:
+    ids = submit(sched, "a", [4000.0, 300.0, 5000.0, 200.0, None])
+    first = poll(sched, 1000.0)
+    assert first.task.task_id == ids[1]  # fifo would give ids[0], which does not fit
+    assert poll(sched, 1000.0).task.task_id == ids[3]
+    assert poll(sched, 1000.0).task.task_id == ids[4]  # unknown memory fits anywhere
+    assert poll(sched, 1000.0) is None  # what is left does not fit
+    assert len(sched.queued) == 2
+    # The skipped tasks kept their place: a big enough worker gets them in fifo order.
+    assert poll(sched, 8000.0).task.task_id == ids[0]
+    assert poll(sched, None).task.task_id == ids[2]
+
+
+class InProcessClient:
+    """The worker's ``ServiceClient.poll`` over an in-process scheduler."""
+
+    def __init__(self, sched: Scheduler) -> None:
+        self.sched = sched
+        self.stated: list[float | None] = []
+
+    def poll(self, free_mem_mb: float | None) -> Lease | None:
+        self.stated.append(free_mem_mb)
+        grant = poll(self.sched, free_mem_mb)
+        if grant is None:
+            return None
+        t = grant.task
+        return Lease(
+            t.task_id,
+            grant.lease_id,
+            grant.lease_expires_at,
+            t.tenant,
+            t.task_type,
+            t.document_ref,
+            t.doc_bytes,
+            t.pages,
+            t.predicted_mem_mb,
+        )
+
+
+def test_a_gpu_worker_holds_several_leases_within_its_memory(sched: Scheduler) -> None:
+    submit(sched, "a", [300.0, 300.0, None, 300.0, 300.0])
+    client = InProcessClient(sched)
+    held = poll_while_fits(client, 8, 1000.0, default_task_mem_mb=64.0)  # type: ignore[arg-type]
+    # 300 + 300 + 64 (no prediction: the worker's default) + 300 = 964; the next 300 does
+    # not fit in the 36 MiB left.
+    assert len(held) == 4 and client.stated == [1000.0, 700.0, 400.0, 336.0, 36.0]
+    assert len(sched.leases) == 4 and len(sched.queued) == 1
+    assert poll_while_fits(client, 8, 1000.0, 64.0) != []  # type: ignore[arg-type]
+
+
+def test_the_skip_limit_bounds_the_work_of_one_poll(tmp_path: Path) -> None:
+    s = make_scheduler(tmp_path / "s.db", FakeTime(), policy="fifo", max_fit_skips=3)
+    try:
+        ids = submit(s, "a", [900.0, 900.0, 900.0, 100.0])
+        assert poll(s, 500.0) is None  # the fitting task is the fourth candidate
+        assert s.counters.unfit_polls == 1 and s.counters.unfit_skips == 3
+        assert len(s.queued) == 4
+        assert poll(s, 1000.0).task.task_id == ids[0]
+    finally:
+        s.stop()
+
+
+def test_the_memory_model_and_the_hint_give_the_larger_prediction(tmp_path: Path) -> None:
+    s = make_scheduler(tmp_path / "s.db", FakeTime(), memory_model=FixedMemory())
+    try:
+        items = [NewTask("embed", pages=2), NewTask("embed", pages=1, mem_mb=500.0)]
+        ids, _, pending = s.submit("a", items)
+        wait(pending)
+        got = {t.task_id: t.predicted_mem_mb for t in s.live.values()}
+        assert got == {ids[0]: 200.0, ids[1]: 500.0}
+        assert s.task_view("a", ids[1])["predicted_mem_mb"] == 500.0
+    finally:
+        s.stop()
+    # The prediction is stored: a restart keeps it without the model.
+    s = make_scheduler(tmp_path / "s.db", FakeTime())
+    try:
+        assert sorted(t.predicted_mem_mb for t in s.live.values()) == [200.0, 500.0]
+    finally:
+        s.stop()
+
+
+def test_an_old_database_gains_the_predicted_memory_column(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    old_schema = SCHEMA[1].replace("predicted_mem_mb DOUBLE PRECISION,", "")
+    assert "predicted_mem_mb" not in old_schema
+    con = sqlite3.connect(path)
+    con.execute(old_schema)
+    con.close()
+    store = Store(str(path))
+    try:
+        store.migrate()
+        store.migrate()
+        cols = [r[1] for r in store.execute("PRAGMA table_info(tasks)").fetchall()]
+    finally:
+        store.close()
+    assert cols.count("predicted_mem_mb") == 1
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    policy=st.sampled_from(sorted(n for n, p in REGISTRY.items() if "predicted_s" not in p.reads)),
+    mems=st.lists(st.one_of(st.none(), st.floats(0, 2000)), min_size=1, max_size=25),
+    frees=st.lists(st.one_of(st.none(), st.floats(0, 2000)), min_size=1, max_size=40),
+)
+def test_no_poll_gets_a_task_that_does_not_fit_and_no_task_is_lost(
+    tmp_path_factory: pytest.TempPathFactory,
+    policy: str,
+    mems: list[float | None],
+    frees: list[float | None],
+) -> None:
+    s = make_scheduler(tmp_path_factory.mktemp("p") / "s.db", FakeTime(), policy=policy)
+    try:
+        tenants = ["a", "b", "c"]
+        ids: list[str] = []
+        for j, m in enumerate(mems):
+            ids += submit(s, tenants[j % 3], [m])
+        need = dict(zip(ids, mems))
+        given_out: list[str] = []
+        for free in frees:
+            grant = poll(s, free)
+            if grant is None:
+                fits = [
+                    i for i in s.queued if free is None or (s.live[i].predicted_mem_mb or 0) <= free
+                ]
+                assert not fits or len(s.queued) > s.max_fit_skips
+                continue
+            task_id = grant.task.task_id
+            assert free is None or need[task_id] is None or need[task_id] <= free
+            given_out.append(task_id)
+        assert len(given_out) == len(set(given_out))
+        queued = {s.live[i].task_id for i in s.queued}
+        assert queued | set(given_out) == set(ids) and not queued & set(given_out)
+        assert len(s.policy) == len(s.queued)
+        while (grant := poll(s, None)) is not None:
+            given_out.append(grant.task.task_id)
+        assert sorted(given_out) == sorted(ids)
+    finally:
+        s.stop()
+
+
+def test_the_memory_model_learns_peak_memory_from_completion_records(tmp_path: Path) -> None:
+    import numpy as np
+    import polars as pl
+
+    from desched.enrich.memory_model import load_memory_model, train_memory_model
+    from desched.service.app import load_memory_model as service_loads
+
+    rng = np.random.default_rng(0)
+    n = 300
+    kind = rng.choice(["embed", "extract", "classify"], n)
+    size = rng.integers(200, 1500, n)
+    peak = np.where(kind == "extract", 1.0, 80.0) + 0.05 * size * rng.uniform(0.9, 1.1, n)
+    completions = pl.DataFrame(
+        {
+            "task_type": kind,
+            "doc_bytes": size,
+            "pages": np.ones(n, dtype=np.int64),
+            "peak_mem_mb": peak,
+            "submit_s": np.arange(n, dtype=np.float64),
+            "status": ["ok"] * n,
+        }
+    )
+    model = train_memory_model(completions)
+    metrics = model.card["metrics"]
+    assert metrics["mae_mb"] < metrics["baseline_type_median_mae_mb"]
+    folder = model.save(tmp_path / "memory")
+    again = load_memory_model(folder)
+    rows = [{"task_type": "embed", "doc_bytes": 1000, "pages": 1}, {"task_type": "extract"}]
+    assert again.predict_mb(rows) == model.predict_mb(rows)
+    assert 120 < again.predict_mb(rows)[0] < 140
+    assert service_loads(folder) is not None and service_loads(tmp_path / "none") is None
