@@ -80,11 +80,15 @@ def decisions_frame(
 
 def completions_frame(tasks: pl.DataFrame) -> pl.DataFrame:
     """Completion records of a finished run (``tasks`` from ``tasks_frame``), by end time."""
+    own = {"task_id", "tenant", "task_type", "submit_s", "duration_s", "start_s", "end_s",
+           "worker", "wait_s", "response_s", "predicted_s", "mem_mb"}
+    reserved = {*DECISION_COLUMNS, *COMPLETION_COLUMNS, "kind"}
+    # a trace column that shares a record column's name (an SWF log's ``status``) is kept
+    # under ``trace_<name>``
     features = [
-        c
+        pl.col(c).alias(f"trace_{c}") if c in reserved else pl.col(c)
         for c in tasks.columns
-        if c not in {"task_id", "tenant", "task_type", "submit_s", "duration_s", "start_s",
-                     "end_s", "worker", "wait_s", "response_s", "predicted_s"}
+        if c not in own
     ]
     return (
         tasks.sort(["end_s", "worker"])
@@ -95,7 +99,7 @@ def completions_frame(tasks: pl.DataFrame) -> pl.DataFrame:
             (pl.col("mem_mb") if "mem_mb" in tasks.columns else pl.lit(None, pl.Float64))
             .cast(pl.Float64)
             .alias("peak_mem_mb"),
-            *[c for c in features if c != "mem_mb"],
+            *features,
         )
     )
 

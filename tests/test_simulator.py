@@ -41,3 +41,22 @@ def test_a_single_worker_serves_back_to_back_without_gaps():
     result = simulate(tasks, make_policy("fifo", tasks), workers=1)
     assert list(result.start_s) == [0.0, 3.0, 5.0]
     assert list(result.end_s) == [3.0, 5.0, 6.0]
+
+
+def test_a_trace_column_named_like_a_log_column_is_kept_under_a_trace_prefix(tmp_path):
+    import polars as pl
+
+    from desched.runs import write_run
+    from tests.builders import make_frame
+
+    frame = make_frame(T("a", 0, 3), T("b", 1, 1)).with_columns(
+        pl.Series("status", [1, 5]), pl.Series("pages", [2, 9])
+    )
+    tasks = make_tasks(T("a", 0, 3), T("b", 1, 1))
+    policy = make_policy("fifo", tasks)
+    write_run(tmp_path, frame, simulate(tasks, policy, 1), components=(), params={}, seed=0)
+    log = pl.read_parquet(tmp_path / "decision-log.parquet")
+    done = log.filter(pl.col("kind") == "completion").sort("task_id")
+    assert done["status"].to_list() == ["ok", "ok"]
+    assert done["trace_status"].to_list() == [1, 5]
+    assert done["pages"].to_list() == [2, 9]

@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "models": "desched.cli.models:models",
     "evaluate": "desched.cli.bench:evaluate",
     "tune": "desched.cli.bench:tune",
+    "demo": "desched.cli.demo:demo",
 }
 
 

@@ -1,0 +1,137 @@
+"""The research bench end to end: ``desched demo --quick`` and its report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from desched.cli import cli
+from desched.report import (
+    Q1_POLICIES,
+    Q3_FOCUS,
+    gap_closed_pct,
+    numbers_in_markdown,
+    pareto_flags,
+    unmatched_numbers,
+)
+
+
+@pytest.fixture(scope="module")
+def quick_report(prefect_harness: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("demo")
+    res = CliRunner().invoke(cli, ["demo", "--quick", "--out", str(out), "--run", "t"],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    folder = out / "reports" / "t"
+    return {"folder": folder, "output": res.output,
+            "json": json.loads((folder / "report.json").read_text()),
+            "md": (folder / "report.md").read_text()}
+
+
+def test_the_quick_demo_shows_one_line_per_step_and_writes_the_report_and_its_plots(
+    quick_report: dict[str, Any],
+) -> None:
+    for step in ("1/7", "4/7", "7/7 report done"):
+        assert step in quick_report["output"]
+    folder: Path = quick_report["folder"]
+    report = quick_report["json"]
+    for name in [*report["plots"]["q1"].values(), report["plots"]["q2"], report["plots"]["q3"],
+                 report["plots"]["pareto"]]:
+        assert (folder / name).stat().st_size > 1000, name
+        assert f"]({name})" in quick_report["md"]
+
+
+def test_q1_has_the_gap_the_counter_closes_and_its_cost_for_every_workload(
+    quick_report: dict[str, Any],
+) -> None:
+    q1 = quick_report["json"]["q1"]["workloads"]
+    assert set(q1) == {"flood", "steady", "lanl", "atlas"}
+    for w, block in q1.items():
+        assert set(block["policies"]) == set(Q1_POLICIES)
+        for row in block["policies"].values():
+            for key in ("mean_response_s", "max_service_lag_s", "window_jain_min",
+                        "jain_slowdown", "small_tenants_mean_wait_s"):
+                assert isinstance(row[key], float), (w, key)
+        assert set(block["gap_closed_pct"]) >= {"max_service_lag", "small_tenants_mean_wait"}
+        assert isinstance(block["cost_pct"]["mean_response_vs_memoryless"], float)
+    # flood: the counter's service term closes the whole lag gap (README, Q1)
+    assert q1["flood"]["gap_closed_pct"]["max_service_lag"] == pytest.approx(100.0)
+    assert quick_report["json"]["q1"]["over_seeds"]["flood"]["policies"]["vtc"]
+
+
+def test_q2_compares_learned_and_default_weights_on_held_out_traces_for_both_learners(
+    quick_report: dict[str, Any],
+) -> None:
+    learners = quick_report["json"]["q2"]["learners"]
+    assert set(learners) == {"optuna", "rl"}
+    for le in learners.values():
+        assert le["steps"] == len(le["curve"]) >= 1
+        assert set(le["weights"]) == {"w_backlog", "w_wait"}
+        assert {"flood", "lanl", "atlas"} <= set(le["heldout"])
+        overall = le["overall"]["learned"]
+        assert isinstance(overall["J"]["mean"], float)
+        assert overall["verdict"] in {"beats", "tie", "worse"}
+    assert "rl-adaptive" in learners["rl"]["overall"]
+
+
+def test_q3_scores_the_predictor_against_its_baselines_and_every_policy_on_unseen_tasks(
+    quick_report: dict[str, Any],
+) -> None:
+    q3 = quick_report["json"]["q3"]["workloads"]
+    assert q3
+    for block in q3.values():
+        p = block["predictor"]
+        assert set(p["heldout"]) == {"model", "global_median", "tenant_type_mean",
+                                     "tenant_last2_mean"}
+        assert p["train_rows"] > 0 and p["heldout_rows"] > 0
+        assert 0 < p["latency_us"]["p50"] <= p["latency_us"]["p99"]
+        for policy in ("ifs-memoryless", "sjf-oracle", *Q3_FOCUS):
+            row = block["policies"][policy]
+            assert row["mean_response_s"] > 0 and row["p99_response_s"] > 0
+            assert 0 < row["jain_slowdown"] <= 1
+        assert set(block["tenants"]) == set(Q3_FOCUS)
+        # the clairvoyant bound: no runnable SJF variant has a lower mean response
+        oracle = block["policies"]["sjf-oracle"]["mean_response_s"]
+        assert block["policies"]["sjf-predicted"]["mean_response_s"] >= oracle * 0.999
+
+
+def test_the_pareto_points_cover_every_policy_and_each_workload_has_a_front(
+    quick_report: dict[str, Any],
+) -> None:
+    report = quick_report["json"]
+    points = report["pareto"]["points"]
+    for w, block in report["q3"]["workloads"].items():
+        mine = [p for p in points if p["workload"] == w]
+        assert {p["policy"] for p in mine} == set(block["policies"])
+        assert any(p["pareto_jain"] for p in mine)
+        assert not any(p["pareto_jain"] for p in mine if p["clairvoyant"])
+
+
+def test_every_number_the_report_states_is_in_report_json(quick_report: dict[str, Any]) -> None:
+    md = quick_report["md"]
+    assert len(numbers_in_markdown(md)) > 200
+    assert unmatched_numbers(md, quick_report["json"]) == []
+
+
+def test_a_number_absent_from_the_json_is_caught() -> None:
+    report = {"a": 6285.7, "b": 0.8724, "c": [12.0]}
+    assert unmatched_numbers("wait 6,286 s, Jain 0.872, p99 of t00 is 12", report) == []
+    assert unmatched_numbers("wait 6,290 s and 0.87 and `1234` in code", report) == ["6,290"]
+
+
+def test_the_gap_closed_is_the_share_of_the_way_from_memoryless_to_vtc() -> None:
+    assert gap_closed_pct(100.0, 100.0, 0.0) == 0.0
+    assert gap_closed_pct(100.0, 50.0, 0.0) == 50.0
+    assert gap_closed_pct(100.0, 0.0, 0.0) == 100.0
+    assert gap_closed_pct(100.0, 120.0, 0.0) == pytest.approx(-20.0)
+    assert gap_closed_pct(100.0, 50.0, 100.0) is None  # vtc no better: no gap to close
+    assert gap_closed_pct(0.0, 0.0, 0.0) is None
+
+
+def test_a_point_is_on_the_front_unless_another_is_no_worse_on_both_and_better_on_one() -> None:
+    assert pareto_flags([(1.0, 1.0), (2.0, 0.5), (2.0, 1.0), (0.5, 3.0)]) == [
+        True, True, False, True]
