@@ -150,14 +150,7 @@ class IfsCounter(IfsMemoryless):
         q = self.queues
         n = q.n
         p = self.params
-        backlog = q.backlog[:n]
-        head_submit = q.head_submit[:n]
-        norm_backlog = backlog / backlog.max()
-        max_wait = now - head_submit.min()
-        if max_wait > 0:
-            norm_wait = (now - head_submit) / max_wait
-        else:
-            norm_wait = np.zeros(n)
+        norm_backlog, norm_wait = self.ifs_terms(now)
         tenant = q.tenant[:n]
         service = self.service_s[tenant] * np.exp2(
             -(now - self.service_at_s[tenant]) / p.half_life_s
@@ -168,7 +161,7 @@ class IfsCounter(IfsMemoryless):
         else:
             norm_service = np.zeros(n)
         score = p.w_backlog * norm_backlog + p.w_wait * norm_wait - p.w_service * norm_service
-        slot = pick_slot(score, head_submit, q.head_pos[:n])
+        slot = pick_slot(score, q.head_submit[:n], q.head_pos[:n])
         self.score = float(score[slot])
         self.parts = (
             float(norm_backlog[slot]),

@@ -128,19 +128,24 @@ class IfsMemoryless(Policy):
     def push(self, i: int, now: float) -> None:
         self.queues.push(i)
 
-    def pop(self, now: float) -> int:
+    def ifs_terms(self, now: float) -> tuple[np.ndarray, np.ndarray]:
+        """``norm_backlog`` and ``norm_wait`` of each backlogged tenant's oldest task, by slot."""
         q = self.queues
-        n = q.n
-        backlog = q.backlog[:n]
-        head_submit = q.head_submit[:n]
+        backlog = q.backlog[: q.n]
+        head_submit = q.head_submit[: q.n]
         norm_backlog = backlog / backlog.max()
         max_wait = now - head_submit.min()
         if max_wait > 0:
             norm_wait = (now - head_submit) / max_wait
         else:
-            norm_wait = np.zeros(n)
+            norm_wait = np.zeros(q.n)
+        return norm_backlog, norm_wait
+
+    def pop(self, now: float) -> int:
+        q = self.queues
+        norm_backlog, norm_wait = self.ifs_terms(now)
         score = self.params.w_backlog * norm_backlog + self.params.w_wait * norm_wait
-        slot = pick_slot(score, head_submit, q.head_pos[:n])
+        slot = pick_slot(score, q.head_submit[: q.n], q.head_pos[: q.n])
         self.score = float(score[slot])
         self.parts = (float(norm_backlog[slot]), float(norm_wait[slot]))
         return q.pop_tenant(int(q.tenant[slot]))
