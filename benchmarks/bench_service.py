@@ -41,6 +41,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import ROOT, machine, markdown_table, write_json
 
+from desched.cli.service import serve_argv
+
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 BATCH = 1000
 
@@ -103,18 +105,7 @@ def start_service(db: str, tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
         "DESCHED_LOG_DIR": str(tmp / "logs"),
         "DESCHED_PREDICTOR_REGISTRY": str(tmp / "no-registry"),
     }
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from desched.cli import main; main()",
-            "serve",
-            "--port",
-            str(port),
-        ],
-        cwd=ROOT,
-        env=env,
-    )
+    proc = subprocess.Popen(serve_argv(port), cwd=ROOT, env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -202,7 +193,8 @@ async def run_workers(
 
 
 def server_latency(url: str) -> dict[str, float]:
-    """Mean server-side decision latency (lock held: pop + commit + log), from /metrics."""
+    """Mean server-side decision latency, from /metrics: the time a poll holds the scheduler's
+    lock (expire, pop, queue the write); the commit and the decision log come after it."""
     text = httpx.get(f"{url}/metrics").text
     values = {}
     for line in text.splitlines():

@@ -86,7 +86,7 @@ def enrichment_worker(
         budget,
     )
     idle_since = time.monotonic()
-    idle_polls = 0
+    idle_sleep_s = poll_interval_s
     try:
         with LeaseKeeper(client, heartbeat_s) as keeper:
             while max_tasks is None or totals["completed"] + totals["failed"] < max_tasks:
@@ -102,10 +102,12 @@ def enrichment_worker(
                 if not leases:
                     if idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s:
                         break
-                    time.sleep(min(MAX_IDLE_SLEEP_S, poll_interval_s * 2**idle_polls))
-                    idle_polls += 1
+                    time.sleep(min(MAX_IDLE_SLEEP_S, idle_sleep_s))
+                    # Doubled, not 2**n: an exponent that grows for as long as the worker
+                    # idles overflows a float after about a thousand idle polls.
+                    idle_sleep_s = min(MAX_IDLE_SLEEP_S, 2 * idle_sleep_s)
                     continue
-                idle_polls = 0
+                idle_sleep_s = poll_interval_s
                 for lease in leases:
                     keeper.hold(lease)
                 batch = enrich_batch(enricher, leases, docs_root, batch_cap)

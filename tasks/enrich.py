@@ -49,7 +49,7 @@ def enrich_batch(enricher: Enricher, leases: list[Lease], docs_root: str, batch_
     """Read each lease's document and enrich the readable ones in one batch. A bad reference
     or task type fails that task for good; other errors fail the batch's tasks for a retry."""
     batch = Batch(leases)
-    runnable: list[tuple[Lease, EnrichTask]] = []
+    good: list[tuple[Lease, EnrichTask]] = []
     for lease in leases:
         try:
             text = read_document(lease.document_ref, Path(docs_root))
@@ -59,13 +59,10 @@ def enrich_batch(enricher: Enricher, leases: list[Lease], docs_root: str, batch_
         except OSError as exc:
             batch.failures.append((lease, f"cannot read the document: {exc}", True))
             continue
-        runnable.append((lease, EnrichTask(lease.task_id, lease.task_type, text)))
-    good: list[tuple[Lease, EnrichTask]] = []
-    for lease, item in runnable:
-        if item.task_type in TASK_TYPES:
-            good.append((lease, item))
-        else:
-            batch.failures.append((lease, f"unknown task type {item.task_type!r}", False))
+        if lease.task_type not in TASK_TYPES:
+            batch.failures.append((lease, f"unknown task type {lease.task_type!r}", False))
+            continue
+        good.append((lease, EnrichTask(lease.task_id, lease.task_type, text)))
     if not good:
         return batch
     try:

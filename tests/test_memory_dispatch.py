@@ -215,3 +215,26 @@ def test_the_memory_model_learns_peak_memory_from_completion_records(tmp_path: P
     assert again.predict_mb(rows) == model.predict_mb(rows)
     assert 120 < again.predict_mb(rows)[0] < 140
     assert service_loads(folder) is not None and service_loads(tmp_path / "none") is None
+
+
+def test_the_memory_model_runs_before_the_scheduler_lock_is_taken(tmp_path: Path) -> None:
+    class LockWatchingMemory(FixedMemory):
+        def __init__(self) -> None:
+            self.sched: Scheduler | None = None
+            self.lock_held: list[bool] = []
+
+        def predict_mb(self, rows: Sequence[dict[str, Any]]) -> list[float]:
+            assert self.sched is not None
+            self.lock_held.append(self.sched.lock.locked())
+            return super().predict_mb(rows)
+
+    model = LockWatchingMemory()
+    s = make_scheduler(tmp_path / "s.db", FakeTime(), memory_model=model)
+    model.sched = s
+    try:
+        ids, _, pending = s.submit("a", [NewTask("embed", pages=3)])
+        wait(pending)
+        assert model.lock_held == [False]  # a poll never waits behind a prediction
+        assert s.live[s.position[ids[0]]].predicted_mem_mb == 300.0
+    finally:
+        s.stop()

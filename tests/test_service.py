@@ -26,6 +26,8 @@ from urllib.parse import quote
 import httpx
 import pytest
 
+from desched.cli.service import serve_argv
+
 ROOT = Path(__file__).resolve().parents[1]
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 START_TIMEOUT_S = 60.0
@@ -70,14 +72,7 @@ class Service:
             **self.env,
         }
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "from desched.cli import main; main()",
-                "serve",
-                "--port",
-                str(port),
-            ],
+            serve_argv(port),
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,

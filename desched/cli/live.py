@@ -19,12 +19,13 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 import click
 
+from desched.cli.service import serve_argv
 from desched.errors import DeschedError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -211,16 +212,7 @@ def live_demo(
             folder / "prefect-server.log",
         ) as server,
         _process(
-            [
-                sys.executable,
-                "-c",
-                "from desched.cli import main; main()",
-                "serve",
-                "--port",
-                str(service_port),
-                "--policy",
-                policy,
-            ],
+            serve_argv(service_port, "--policy", policy),
             service_env,
             folder / "service.log",
         ) as service,
@@ -298,17 +290,11 @@ def live_demo(
 def _workers(
     cmds: list[list[str]], env: dict[str, str], folder: Path
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-    stack = []
-    try:
-        for k, cmd in enumerate(cmds):
-            cm = _process(cmd, env, folder / f"worker-{k}.log")
-            procs.append(cm.__enter__())
-            stack.append(cm)
-        yield procs
-    finally:
-        for cm in reversed(stack):
-            cm.__exit__(None, None, None)
+    with ExitStack() as stack:
+        yield [
+            stack.enter_context(_process(cmd, env, folder / f"worker-{k}.log"))
+            for k, cmd in enumerate(cmds)
+        ]
 
 
 def _let_finish(procs: list[subprocess.Popen[bytes]], limit_s: float) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -75,6 +76,19 @@ def serve(
 
     app = create_app(settings)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
+
+
+def serve_argv(port: int, *options: str) -> list[str]:
+    """The command that runs ``desched serve`` on ``port`` as a child of this interpreter."""
+    return [
+        sys.executable,
+        "-c",
+        "from desched.cli import main; main()",
+        "serve",
+        "--port",
+        str(port),
+        *options,
+    ]
 
 
 def _store(db: str | None) -> Any:

@@ -3,7 +3,8 @@
 ``ServiceClient`` wraps poll, heartbeat, complete and fail; transport errors and 5xx are
 retried a few times with backoff (the service's writes are idempotent under a lease: a
 repeated complete of a task already done gets 409, which ``complete`` reports as False).
-``LeaseKeeper`` heartbeats every lease it holds at a third of the lease period.
+``LeaseKeeper`` heartbeats every lease it holds every ``period_s`` (the worker flow's
+``heartbeat_s``), which must stay well under the service's lease period.
 """
 
 from __future__ import annotations

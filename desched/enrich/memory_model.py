@@ -5,10 +5,12 @@ target: ``log1p(peak_mem_mb)`` (absolute error, so the prediction is a condition
 log space). Rows: completions with status ``ok`` and a non-null ``peak_mem_mb``, sorted by
 ``submit_s``; the last ``test_frac`` of them is held out and the card reports the model's MAE
 there beside the per-task-type median's. A folder holds ``model.txt`` and ``card.json``;
-``save`` replaces both at once (a temp folder renamed over the old one).
+``save`` replaces both together (written to a temp folder; the old folder is renamed aside and
+the temp one into its place, so a reader sees the old pair, the new pair, or briefly none).
 
 Cost at submit: one LightGBM prediction per submit (all its tasks in one call), well under a
-millisecond for a few tasks; the service calls it outside the poll path.
+millisecond for a few tasks; the service calls it before taking the scheduler's lock, so
+a poll never waits on it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -185,7 +187,7 @@ def train_memory_model(
             "mae_mb": float(np.mean(np.abs(test_pred - actual[cut:]))),
             "baseline_type_median_mae_mb": float(np.mean(np.abs(baseline - actual[cut:]))),
         },
-        "settings": settings.__dict__,
+        "settings": asdict(settings),
         "train_s": time.perf_counter() - started,
         "lightgbm": lightgbm.__version__,
     }

@@ -91,33 +91,31 @@ class Enricher:
         out: list[EnrichResult] = []
         for j, t in enumerate(tasks):
             share = len(t.text) / embed_chars if j in row_of else 0.0
-            own = PeakMemory("cpu")
-            own.__enter__()
-            started = time.perf_counter()
-            result = EnrichResult(
-                task_id=t.task_id,
-                task_type=t.task_type,
-                model=self.embedder.name if t.task_type in NEEDS_EMBEDDING else "rules",
-                device=device if t.task_type in NEEDS_EMBEDDING else "cpu",
-                duration_s=0.0,
-                peak_mem_mb=0.0,
-                chars=len(t.text),
-            )
-            if t.task_type == "ocr_clean":
-                result.clean_text = clean_ocr(t.text)
-            elif t.task_type == "extract":
-                f = extract_fields(t.text)
-                result.company, result.date, result.total = f.company, f.date, f.total
-            else:
-                assert embeddings is not None
-                vector = embeddings[row_of[j]]
-                if t.task_type == "embed":
-                    result.embedding = [float(x) for x in vector]
+            with PeakMemory("cpu") as own:
+                started = time.perf_counter()
+                result = EnrichResult(
+                    task_id=t.task_id,
+                    task_type=t.task_type,
+                    model=self.embedder.name if t.task_type in NEEDS_EMBEDDING else "rules",
+                    device=device if t.task_type in NEEDS_EMBEDDING else "cpu",
+                    duration_s=0.0,
+                    peak_mem_mb=0.0,
+                    chars=len(t.text),
+                )
+                if t.task_type == "ocr_clean":
+                    result.clean_text = clean_ocr(t.text)
+                elif t.task_type == "extract":
+                    f = extract_fields(t.text)
+                    result.company, result.date, result.total = f.company, f.date, f.total
                 else:
-                    c = classify([t.text], vector[None, :], self.prototypes)[0]
-                    result.category, result.category_source = c.category, c.source
-            own_s = time.perf_counter() - started
-            own.__exit__(None, None, None)
+                    assert embeddings is not None
+                    vector = embeddings[row_of[j]]
+                    if t.task_type == "embed":
+                        result.embedding = [float(x) for x in vector]
+                    else:
+                        c = classify([t.text], vector[None, :], self.prototypes)[0]
+                        result.category, result.category_source = c.category, c.source
+                own_s = time.perf_counter() - started
             result.duration_s = max(own_s + model_s * share, 1e-6)
             result.peak_mem_mb = own.peak_mb + pm.peak_mb * share
             out.append(result)

@@ -37,6 +37,7 @@ from desched.service.decision_log import DecisionLog
 from desched.service.scheduler import (
     Clock,
     DurationPredictor,
+    Forbidden,
     MemoryPredictor,
     NewTask,
     Pending,
@@ -276,7 +277,7 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
         if found is None:
             raise _Unauthorized("unknown token")
         if found.role is not role:
-            raise _Forbidden(f"this route needs a {role.value} token")
+            raise Forbidden(f"this route needs a {role.value} token")
         return found.name
 
     Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
@@ -430,7 +431,3 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
 
 class _Unauthorized(ServiceError):
     status = 401
-
-
-class _Forbidden(ServiceError):
-    status = 403

@@ -61,7 +61,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from desched.errors import DeschedError
@@ -567,9 +567,11 @@ class Scheduler:
 
         With ``idempotency_key``, a repeat of an earlier submit (committed or still being
         committed) returns the earlier ids and creates nothing; the same key with other
-        content is a ``Conflict``. Predictions are computed here, once, and stored.
+        content is a ``Conflict``. Predictions are computed here, once, and stored; the
+        memory model runs before the lock is taken, so polls do not wait behind it.
         """
         digest = request_digest(items) if idempotency_key is not None else None
+        memory = self._predict_memory(tenant, items)
         with self.lock:
             if idempotency_key is not None:
                 in_flight = self._pending_keys.get((tenant, idempotency_key))
@@ -587,7 +589,6 @@ class Scheduler:
             now = self.clock()
             new: list[LiveTask] = []
             writes: list[Write] = []
-            memory = self._predict_memory(tenant, items)
             for j, item in enumerate(items):
                 task = LiveTask(
                     seq=self.next_seq + j,
@@ -774,10 +775,9 @@ class Scheduler:
             skipped.append(i)
             if len(skipped) >= self.max_fit_skips:
                 break
-        if skipped:
-            for j in skipped:
-                policy.push(j, now)
-            self.counters.unfit_skips += len(skipped)
+        for j in skipped:
+            policy.push(j, now)
+        self.counters.unfit_skips += len(skipped)
         if chosen is None:
             self.counters.unfit_polls += 1
             return None
@@ -992,8 +992,8 @@ class Scheduler:
 
     def metrics(self) -> str:
         """Prometheus text exposition (version 0.0.4)."""
-        with self.lock:
-            c = self.counters
+        with self.lock:  # one snapshot: the histogram's sum and count must agree
+            c = replace(self.counters)
             backlog = sorted(self.backlog.items())
             leased = len(self.leases)
             buckets = list(c.latency_buckets)
@@ -1041,7 +1041,7 @@ class Scheduler:
             "# HELP desched_policy_info The live policy.",
             "# TYPE desched_policy_info gauge",
             f'desched_policy_info{{policy="{_label(policy)}"}} 1',
-            "# HELP desched_decision_latency_seconds Time to decide and record a lease.",
+            "# HELP desched_decision_latency_seconds Time to decide a lease and queue its write.",
             "# TYPE desched_decision_latency_seconds histogram",
         ]
         total = 0

@@ -95,7 +95,7 @@ SCHEMA = (
     )""",
 )
 
-TASK_COLUMNS = (
+_SUBMITTED_COLUMNS = (
     "seq",
     "task_id",
     "tenant",
@@ -107,23 +107,11 @@ TASK_COLUMNS = (
     "predicted_mem_mb",
     "submit_s",
     "predicted_s",
-    "batch_key",
-    "batch_index",
-    "request_sha256",
-    "state",
 )
+TASK_COLUMNS = (*_SUBMITTED_COLUMNS, "batch_key", "batch_index", "request_sha256", "state")
+"""What a submit inserts, in the order of the scheduler's ``INSERT_TASK`` parameters."""
 LIVE_COLUMNS = (
-    "seq",
-    "task_id",
-    "tenant",
-    "task_type",
-    "document_ref",
-    "doc_bytes",
-    "pages",
-    "mem_mb",
-    "predicted_mem_mb",
-    "submit_s",
-    "predicted_s",
+    *_SUBMITTED_COLUMNS,
     "state",
     "attempts",
     "worker",
@@ -369,13 +357,6 @@ class Store:
         values = [v for v in (row or ()) if v is not None]
         return max(values, default=0.0)
 
-    def insert_tasks(self, rows: Sequence[Sequence[Any]]) -> None:
-        """Insert new tasks (values in ``TASK_COLUMNS`` order) in one transaction."""
-        cols = ", ".join(TASK_COLUMNS)
-        marks = ", ".join("?" for _ in TASK_COLUMNS)
-        with self.transaction():
-            self.executemany(f"INSERT INTO tasks ({cols}) VALUES ({marks})", rows)
-
     def batch(self, tenant: str, batch_key: str) -> list[tuple[str, str | None]]:
         """``(task_id, request_sha256)`` of an earlier submit with this idempotency key."""
         rows = self.execute(
@@ -401,16 +382,6 @@ class Store:
     def task_state(self, task_id: str) -> str | None:
         row = self.execute("SELECT state FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
         return row[0] if row else None
-
-    def update_task(self, seq: int, expect: dict[str, Any], values: dict[str, Any]) -> bool:
-        """Set ``values`` on task ``seq`` if its columns equal ``expect``; whether it did."""
-        sets = ", ".join(f"{k} = ?" for k in values)
-        where = " AND ".join(f"{k} = ?" for k in expect)
-        cur = self.execute(
-            f"UPDATE tasks SET {sets} WHERE seq = ?" + (f" AND {where}" if where else ""),
-            (*values.values(), seq, *expect.values()),
-        )
-        return bool(cur.rowcount == 1)
 
     def count_by_state(self) -> dict[str, int]:
         rows = self.execute("SELECT state, COUNT(*) FROM tasks GROUP BY state").fetchall()
