@@ -11,9 +11,9 @@ A *trace spec* names a workload and how a seed turns it into one trace:
   Slices do not overlap, so two seeds never share a task; they are not independent draws
   (neighbouring weeks of one machine are correlated), which the intervals do not model.
 
-Either kind takes ``seeds`` (``0-3;9`` is 0, 1, 2, 3, 9), which then replaces the seeds a
-caller gives for all traces, so that one sweep can hold scenarios (seeds 100-109) and slices
-of a log (seeds 40-49).
+Either kind takes ``seeds`` (``0-3;9`` is 0, 1, 2, 3, 9), which then replace, for that trace
+alone, the seeds a caller gives for all traces, so that one sweep can hold scenarios (seeds
+100-109) and slices of a log (seeds 40-49).
 
 A *policy spec* is a registered name with parameters in the same syntax
 (``ifs-memoryless?w_backlog=0.3&w_wait=0.7``, ``ifs-counter?weights=models/weights/x``).
@@ -281,7 +281,8 @@ def run_cell(
     """One evaluation cell: the summary of ``policy`` on seed ``seed`` of ``trace`` (specs).
 
     Adds ``trace``, ``trace_name``, ``policy_spec`` and ``fingerprint``; drops the per-tenant
-    table unless ``per_tenant`` (it is large on real logs and not aggregated).
+    table unless ``per_tenant`` (it is large on real logs and not aggregated) and the
+    wall-clock ``decisions_per_s`` (a cell is a function of its arguments alone).
     """
     tspec = TraceSpec.parse(trace)
     pspec = PolicySpec.parse(policy)
@@ -488,11 +489,15 @@ def run_cells(
     jobs: int = 1,
 ) -> list[dict[str, Any]]:
     """``run_cell`` over ``cells`` in cell order, on ``jobs`` processes (1: in this one).
-    The Prefect flow ``evaluate-policies`` does the same on a task runner."""
+
+    The processes are spawned, not forked: they import ``desched`` afresh and inherit no
+    threads or state of the caller (a Prefect flow run, say). The Prefect flow
+    ``evaluate-policies`` does the same on a task runner."""
     args = [(t, p, s, workers, window_s) for t, p, s in cells]
     if jobs <= 1:
         return [_run_cell_args(a) for a in args]
     from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
 
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(_run_cell_args, args))
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+        return list(pool.map(_run_cell_args, args, chunksize=2))

@@ -122,7 +122,8 @@ def json_numbers(value: Any) -> list[float]:
 
 def unmatched_numbers(markdown: str, report: dict[str, Any]) -> list[str]:
     """The numeric tokens of ``markdown`` that no number of ``report`` rounds to, at the
-    token's own precision (``6,286`` matches 6285.7; ``0.872`` matches 0.8724)."""
+    token's own precision and with its sign (``6,286`` matches 6285.7; ``0.872`` matches
+    0.8724; ``-12`` does not match 12)."""
     values = np.asarray(sorted(set(json_numbers(report))), dtype=np.float64)
     missing = []
     for token in numbers_in_markdown(markdown):
@@ -130,21 +131,12 @@ def unmatched_numbers(markdown: str, report: dict[str, Any]) -> list[str]:
         decimals = len(plain.split(".")[1]) if "." in plain else 0
         x = float(plain)
         tol = 0.5 * 10.0 ** (-decimals) + 1e-9
-        ok = bool(np.any(np.abs(values - x) <= tol * (1 + 1e-9))) or bool(
-            np.any(np.abs(np.abs(values) - abs(x)) <= tol * (1 + 1e-9))
-        )
-        if not ok:
+        if not np.any(np.abs(values - x) <= tol * (1 + 1e-9)):
             missing.append(token)
     return missing
 
 
 # ---- the questions -----------------------------------------------------------------------
-
-
-def window_drift(windows: Sequence[dict[str, Any]]) -> dict[str, float]:
-    from desched.evaluate import window_drift as drift
-
-    return drift(list(windows))
 
 
 def small_tenants(summary: dict[str, Any]) -> list[str]:
@@ -165,7 +157,7 @@ def tenants_mean_wait(summary: dict[str, Any], tenants: Iterable[str]) -> float:
 def gap_closed_pct(memoryless: float, counter: float, vtc: float) -> float | None:
     """``100 * (memoryless - counter) / (memoryless - vtc)``, or None with no gap to close."""
     gap = memoryless - vtc
-    if not (math.isfinite(gap) and gap > NO_GAP_FRAC * abs(memoryless)) or gap <= 0:
+    if not (math.isfinite(gap) and gap > NO_GAP_FRAC * abs(memoryless)):
         return None
     return 100.0 * (memoryless - counter) / gap
 
@@ -176,6 +168,8 @@ def pct_change(new: float, old: float) -> float | None:
 
 def headline(summary: dict[str, Any], small: Sequence[str]) -> dict[str, Any]:
     """The figures a policy row of the report shows, from a run summary."""
+    from desched.evaluate import window_drift
+
     drift = window_drift(summary.get("windows", []))
     return {
         "mean_response_s": summary["mean_response_s"],
@@ -620,10 +614,10 @@ def render_markdown(r: dict[str, Any]) -> str:
     lines += [f"![Q2 learning curves]({r['plots']['q2']})", ""]
 
     lines += ["## Q3: predicted duration", "",
-              "Each model learns from the first part of its trace (time order) and predicts "
-              "the rest; a held-out task's tenant-history features come only from tasks that "
-              "had ended, under today's scorer, before it was submitted. Policies then run on "
-              "the held-out part alone.", ""]
+              ("Each model learns from the first part of its trace (time order) and predicts "
+               "the rest; a held-out task's tenant-history features come only from tasks that "
+               "had ended, under today's scorer, before it was submitted. Policies then run on "
+               "the held-out part alone."), ""]
     for w, b in r["q3"]["workloads"].items():
         p = b["predictor"]
         lines += [f"### {w}", "",
@@ -790,20 +784,14 @@ def _thousands(minor: bool = False) -> Any:
 
 
 def plot_learning_curves(learners: dict[str, Any], out: Path) -> Path:
+    """One panel per learner of Q2: its learning curve (``desched.tuning.draw_curve``)."""
+    from desched.tuning import draw_curve, step_label
+
     plt = _plt()
     fig, axes = plt.subplots(1, len(learners), figsize=(5.5 * len(learners), 3.2), squeeze=False)
     for ax, (name, le) in zip(axes[0], learners.items()):
-        steps = [p["step"] for p in le["curve"]]
-        values = np.array([p["value"] for p in le["curve"]])
-        top = min(float(values.max()), max(1.25, float(values.min()) + 0.1))
-        ax.plot(steps, np.minimum(values, top), ".", color="0.5", label="objective of the step")
-        ax.plot(steps, [p["best"] for p in le["curve"]], "-", color="C0", label="best so far")
-        ax.axhline(1.0, color="C3", lw=1, ls="--", label="today's 0.1/0.9")
+        draw_curve(ax, le["curve"], step_label(name), legend_fontsize=7)
         ax.set_title(f"{name}", fontsize=10, loc="left")
-        ax.set_xlabel("trial" if name == "optuna" else "iteration")
-        ax.set_ylabel("J on training traces")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)

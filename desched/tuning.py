@@ -35,7 +35,8 @@ decisions on the training traces (greedy); the adaptive agent itself is saved as
 ``desched.evaluate``: a scenario seed is a regenerated workload, a file seed a disjoint time
 slice. ``check_disjoint`` refuses any overlap: no held-out scenario seed is a training seed of
 any scenario (``steady`` and ``diurnal`` of one seed share their documents), no held-out slice
-of a file overlaps a training slice of it, and no two cells share a content fingerprint.
+of a file overlaps a training slice of it, and no held-out cell has the content fingerprint
+of a training cell.
 """
 
 from __future__ import annotations
@@ -195,7 +196,9 @@ def mean_objective(results: Sequence[dict[str, Any]]) -> float:
 
 @dataclass(slots=True)
 class LearnerResult:
-    """What a learner hands back: loadable static weights, its learning curve, extras."""
+    """What a learner hands back: loadable static weights, its learning curve, extras.
+
+    ``train_objective`` is the mean ``J`` of ``weights`` on the training cells."""
 
     learner: Learner
     policy: TunedPolicy
@@ -439,9 +442,10 @@ def tune_rl(
     average, starting at today's ``-1``), one Adam step on
     ``-mean(advantage * sum log pi) - entropy_weight * mean entropy``.
 
-    Cost: ``(iterations + 1) * len(train)`` simulations. The curve has one point per
+    Cost: ``(iterations + 2) * len(train)`` simulations. The curve has one point per
     iteration (mean sampled ``J``); the static weights are the action the greedy agent used
-    for most decisions on the training cells.
+    for most decisions on the training cells, and ``train_objective`` is theirs (the greedy
+    agent's own is ``details["greedy_train_objective"]``).
     """
     import torch
 
@@ -483,10 +487,12 @@ def tune_rl(
         result, wrapper = run_controlled(c, policy, greedy, workers, objective, windows)
         used += wrapper.decisions_by_action
         greedy_values.append(result["J"])
-    static = actions[int(np.argmax(used))]
+    static = dict(actions[int(np.argmax(used))])
     share = {json_key(a): float(u / used.sum()) for a, u in zip(actions, used) if u > 0}
+    static_objective = mean_objective([run_on(c, policy, static, workers, objective)
+                                       for c in train])
     return LearnerResult(
-        "rl", policy, dict(static), curve, float(np.mean(greedy_values)),
+        "rl", policy, static, curve, static_objective,
         time.perf_counter() - t0, agent=agent,
         details={"actions": actions, "decision_share_by_action": share,
                  "features": list(FEATURES), "windows_per_trace": windows,
@@ -710,14 +716,11 @@ def verdict_markdown(card: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_curve(curve: Sequence[dict[str, Any]], title: str, out: str | Path) -> Path:
-    """The learning curve (objective per step and best so far) as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 3.2))
+def draw_curve(ax: Any, curve: Sequence[dict[str, Any]], xlabel: str,
+               legend_fontsize: float = 8) -> None:
+    """A learning curve on a matplotlib axis: ``J`` per step (a step above
+    ``max(1.25, best + 0.1)`` is drawn at the top edge and counted in the legend), best so
+    far, and today's ``J = 1``."""
     steps = [p["step"] for p in curve]
     values = np.array([p["value"] for p in curve])
     top = min(float(values.max()), max(1.25, float(values.min()) + 0.1))
@@ -727,16 +730,32 @@ def plot_curve(curve: Sequence[dict[str, Any]], title: str, out: str | Path) -> 
     ax.set_ylim(min(float(values.min()), 1.0) - 0.01, top + 0.01)
     ax.plot(steps, [p["best"] for p in curve], "-", color="C0", label="best so far")
     ax.axhline(1.0, color="C3", lw=1, ls="--", label="today's 0.1/0.9")
-    ax.set_xlabel("trial" if "theta" in curve[0] or "w_backlog" in curve[0] else "iteration")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("J on training traces")
-    ax.set_title(title, fontsize=10, loc="left")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=legend_fontsize)
+
+
+def plot_curve(curve: Sequence[dict[str, Any]], title: str, xlabel: str, out: str | Path) -> Path:
+    """The learning curve (``draw_curve``) as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    draw_curve(ax, curve, xlabel)
+    ax.set_title(title, fontsize=10, loc="left")
     fig.tight_layout()
     out = Path(out)
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+def step_label(learner: str) -> str:
+    """What one step of ``learner``'s curve is: an Optuna trial or an RL iteration."""
+    return "trial" if learner == "optuna" else "iteration"
 
 
 def save(
@@ -757,7 +776,7 @@ def save(
     paths["markdown"] = out / "card.md"
     paths["markdown"].write_text(verdict_markdown(card))
     paths["curve"] = plot_curve(learned.curve, f"{card['name']}: {card['learner']} learning "
-                                f"curve", out / "learning-curve.png")
+                                f"curve", step_label(learned.learner), out / "learning-curve.png")
     return paths
 
 

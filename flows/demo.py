@@ -188,10 +188,11 @@ def demo(
         for spec in specs["evaluate"]:
             counter = workloads[spec_label(spec)].info["counter_params"]
             query = "&".join(f"{k}={v}" for k, v in counter.items())
-            policies = [*rep.Q1_POLICIES, "fifo", "round-robin", "sjf-oracle",
+            q1 = [f"ifs-counter?{query}" if p == "ifs-counter" and query else p
+                  for p in rep.Q1_POLICIES]
+            policies = [*q1, "fifo", "round-robin", "sjf-oracle",
                         *(f"{rep.BASELINE}?weights={folder}" for folder in weights.values())]
-            policies[2] = "ifs-counter" + (f"?{query}" if query else "")
-            cells += cells_of([spec], policies, [0])
+            cells += cells_of([spec], policies, [0])  # each spec names its own seeds
         results = t.evaluate_over_seeds(cells, 8, settings.jobs)
         return sims, aggregate(results, rep.BASELINE)
 

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
-from itertools import repeat
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,6 +21,7 @@ from prefect.cache_policies import NONE
 
 from desched import report as rep
 from desched.errors import DeschedError
+from desched.training import ObjectiveName
 
 Mode = Literal["quick", "full"]
 
@@ -73,7 +71,7 @@ class DemoSettings:
     q3_workloads: tuple[str, ...]
     train_frac: float = 0.6
     """Q3: the first ``train_frac`` of a trace (by submit time) trains the model."""
-    train_objectives: tuple[str, ...] = ("l2-log", "l1-log", "l1", "l2")
+    train_objectives: tuple[ObjectiveName, ...] = ("l2-log", "l1-log", "l1", "l2")
     train_quantiles: tuple[float, ...] = (0.5, 0.9)
     train_rounds: int = 400
     latency_rows: int = 2000
@@ -373,15 +371,11 @@ def simulate_q3(name: str, heldout_trace: str, workers: int, weights: dict[str, 
 @task(name="evaluate-over-seeds", cache_policy=NONE, tags=["simulation"])
 def evaluate_over_seeds(cells: list[tuple[str, str, int]], workers: int,
                         jobs: int) -> list[dict[str, Any]]:
-    """``desched.evaluate.run_cell`` over every cell on ``jobs`` spawned processes (they
+    """``desched.evaluate.run_cells`` over every cell on ``jobs`` spawned processes (they
     import desched only, not this flow's Prefect state)."""
-    from desched.evaluate import run_cell
+    from desched.evaluate import run_cells
 
-    if jobs <= 1:
-        return [run_cell(t, p, s, workers) for t, p, s in cells]
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-        return list(pool.map(run_cell, [c[0] for c in cells], [c[1] for c in cells],
-                             [c[2] for c in cells], repeat(workers), chunksize=2))
+    return run_cells(cells, workers, jobs=jobs)
 
 
 @task(name="write-report", cache_policy=NONE)

@@ -135,3 +135,9 @@ def test_the_gap_closed_is_the_share_of_the_way_from_memoryless_to_vtc() -> None
 def test_a_point_is_on_the_front_unless_another_is_no_worse_on_both_and_better_on_one() -> None:
     assert pareto_flags([(1.0, 1.0), (2.0, 0.5), (2.0, 1.0), (0.5, 3.0)]) == [
         True, True, False, True]
+
+
+def test_a_number_stated_with_the_wrong_sign_is_caught() -> None:
+    report = {"d_bsld_pct": -2.0, "d_jain": 0.005}
+    assert unmatched_numbers("Δ bsld -2.0 %, Δ Jain +0.005", report) == []
+    assert unmatched_numbers("Δ bsld 2.0 %, Δ Jain -0.005", report) == ["2.0", "-0.005"]

@@ -190,3 +190,11 @@ def test_an_absent_cluster_integration_is_a_one_line_error() -> None:
             task_runner("dask")
     else:
         pytest.skip("prefect-dask is installed")
+
+
+def test_cells_run_on_spawned_processes_equal_the_cells_run_in_this_one() -> None:
+    cells = cells_of([SMALL], ["ifs-memoryless", "fifo"], [0, 1])
+    def as_text(results: list[dict[str, object]]) -> str:  # NaN != NaN, but not as text
+        return json.dumps(results, sort_keys=True)
+
+    assert as_text(run_cells(cells, workers=3, jobs=2)) == as_text(run_cells(cells, workers=3))

@@ -21,6 +21,8 @@ from desched.tuning import (
     action_grid,
     build_cells,
     check_disjoint,
+    mean_objective,
+    run_on,
     split,
     tune_optuna,
     tune_rl,
@@ -175,6 +177,10 @@ def test_the_rl_agent_learns_a_per_window_choice_and_a_static_setting_from_the_g
     assert learned.weights in action_grid("ifs-memoryless")
     assert sum(learned.details["decision_share_by_action"].values()) == pytest.approx(1.0)
     assert learned.agent is not None
+    # the training objective reported with the static weights is theirs, not the agent's
+    static = mean_objective([run_on(c, "ifs-memoryless", learned.weights, 2, Objective())
+                             for c in train])
+    assert learned.train_objective == pytest.approx(static)
 
 
 def test_the_tune_flow_writes_a_card_judged_only_on_traces_disjoint_from_training(
