@@ -126,6 +126,10 @@ def summarize(run: RunArrays, workers: int, window_s: float | None = None) -> di
     mean_slow = np.zeros(tenants.size)
     by_tenant = np.argsort(codes, kind="stable")
     bounds = np.searchsorted(codes[by_tenant], np.arange(tenants.size + 1))
+    edges = window_edges(run.submit_s, run.end_s, window_s)
+    lo, hi = edges[:-1], edges[1:]
+    service_at = np.zeros((tenants.size, edges.size))
+    backlogged = np.zeros((tenants.size, lo.size), dtype=bool)
     for k, name in enumerate(tenants):
         idx = by_tenant[bounds[k] : bounds[k + 1]]
         mean_slow[k] = float(slow[idx].mean())
@@ -136,13 +140,6 @@ def summarize(run: RunArrays, workers: int, window_s: float | None = None) -> di
             "mean_slowdown": mean_slow[k],
             "service_s": float(run.duration_s[idx].sum()),
         }
-
-    edges = window_edges(run.submit_s, run.end_s, window_s)
-    lo, hi = edges[:-1], edges[1:]
-    service_at = np.zeros((tenants.size, edges.size))
-    backlogged = np.zeros((tenants.size, lo.size), dtype=bool)
-    for k in range(tenants.size):
-        idx = by_tenant[bounds[k] : bounds[k + 1]]
         service_at[k] = _service_by(run.start_s[idx], run.end_s[idx], edges)
         backlogged[k] = _backlogged_throughout(run.submit_s[idx], run.start_s[idx], lo, hi)
     service_in = np.diff(service_at, axis=1)

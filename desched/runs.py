@@ -65,9 +65,7 @@ def decisions_frame(
         "worker": np.frombuffer(d.worker, dtype=np.int32).astype(np.int64),
         "task_id": trace["task_id"].gather(task),
         "tenant": trace["tenant"].gather(task),
-        "policy": pl.Series([result.policy]).extend_constant(result.policy, task.size - 1)
-        if task.size
-        else pl.Series([], dtype=pl.String),
+        "policy": pl.repeat(result.policy, task.size, dtype=pl.String, eager=True),
         "score": np.frombuffer(d.score, dtype=np.float64),
         "queue_len": np.frombuffer(d.queue_len, dtype=np.int64),
         "tenant_backlog": np.frombuffer(d.tenant_backlog, dtype=np.int64),

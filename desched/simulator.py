@@ -16,7 +16,7 @@ import operator
 import time
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -40,13 +40,6 @@ class Decisions:
     tenant_backlog: array  # type: ignore[type-arg]
     parts: list[array]  # type: ignore[type-arg]
 
-    @classmethod
-    def empty(cls, n_parts: int) -> Decisions:
-        return cls(
-            array("d"), array("i"), array("q"), array("d"), array("q"), array("q"),
-            [array("d") for _ in range(n_parts)],
-        )
-
 
 @dataclass(slots=True)
 class SimResult:
@@ -59,7 +52,6 @@ class SimResult:
     worker: array  # type: ignore[type-arg]
     decisions: Decisions
     wall_s: float = 0.0
-    extra: dict[str, float] = field(default_factory=dict)
 
 
 def queue_counts(
@@ -84,8 +76,10 @@ def queue_counts(
     sorted_tenant = dec_tenant[by_tenant]
     bounds = np.flatnonzero(np.diff(sorted_tenant)) + 1
     task_order = np.argsort(tenant_a, kind="stable")
-    task_bounds = np.searchsorted(tenant_a[task_order], np.unique(sorted_tenant))
-    task_ends = np.searchsorted(tenant_a[task_order], np.unique(sorted_tenant), side="right")
+    tenant_sorted = tenant_a[task_order]
+    decided_tenants = np.unique(sorted_tenant)
+    task_bounds = np.searchsorted(tenant_sorted, decided_tenants)
+    task_ends = np.searchsorted(tenant_sorted, decided_tenants, side="right")
     for group, lo, hi in zip(np.split(by_tenant, bounds), task_bounds, task_ends):
         submits = np.sort(submit_a[task_order[lo:hi]])
         backlog[group] = np.searchsorted(submits, t_a[group], side="right") - np.arange(group.size)

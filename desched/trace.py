@@ -164,6 +164,7 @@ class TaskTable:
             submit_s=frame["submit_s"].to_list(),
             duration_s=frame["duration_s"].to_list(),
             predicted_s=predicted,
+            tenant_index=code,
         )
 
     def tenant_code(self, name: str) -> int:

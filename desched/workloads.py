@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import polars as pl
@@ -261,16 +261,28 @@ def _population(
     return profiles, tenant, task_type, doc_bytes, pages
 
 
-def _poisson_scenario(req: Request, streams: Streams, tail_share: float = 0.0) -> Generated:
-    names = _tenant_names(req.tenants)
+def _zipf_tasks(req: Request, streams: Streams, tail_share: float = 0.0) -> Generated:
+    """Zipf-shared tenants, their documents and costs; ``submit_s`` is left empty.
+
+    Draws only from the profile, document and duration streams, so scenarios built on it
+    hold the same documents for a seed and differ only in their arrivals.
+    """
     profiles, tenant, task_type, doc_bytes, pages = _population(
         req, streams, _zipf_shares(req.tenants), tail_share
     )
     duration, memory = _costs(
         tenant, task_type, doc_bytes, pages, profiles.factor, streams.durations
     )
-    submit = _poisson_times(req.tasks, _horizon_s(duration, req), streams.arrivals)
-    return Generated(names, tenant, task_type, doc_bytes, pages, duration, memory, submit)
+    return Generated(
+        _tenant_names(req.tenants), tenant, task_type, doc_bytes, pages, duration, memory,
+        np.empty(0),
+    )
+
+
+def _poisson_scenario(req: Request, streams: Streams, tail_share: float = 0.0) -> Generated:
+    g = _zipf_tasks(req, streams, tail_share)
+    submit = _poisson_times(req.tasks, _horizon_s(g.duration_s, req), streams.arrivals)
+    return replace(g, submit_s=submit)
 
 
 def _build_steady(req: Request, streams: Streams) -> Generated:
@@ -322,17 +334,11 @@ def _build_diurnal(req: Request, streams: Streams) -> Generated:
     rate swings by +-80 % around its mean. Arrivals are drawn by thinning uniform candidates
     over the horizon (the horizon spans about a day with the default arguments).
     """
-    names = _tenant_names(req.tenants)
-    profiles, tenant, task_type, doc_bytes, pages = _population(
-        req, streams, _zipf_shares(req.tenants)
-    )
-    duration, memory = _costs(
-        tenant, task_type, doc_bytes, pages, profiles.factor, streams.durations
-    )
-    horizon = _horizon_s(duration, req)
+    g = _zipf_tasks(req, streams)
+    horizon = _horizon_s(g.duration_s, req)
     rng = streams.arrivals
     zone_h = np.asarray(_TIME_ZONES_H)[rng.integers(0, len(_TIME_ZONES_H), req.tenants)]
-    phase_s = ((_DIURNAL_PEAK_LOCAL_H - zone_h[tenant]) * 3600.0) % _DAY_S
+    phase_s = ((_DIURNAL_PEAK_LOCAL_H - zone_h[g.tenant]) * 3600.0) % _DAY_S
     submit = np.empty(req.tasks)
     pending = np.arange(req.tasks)
     while pending.size:
@@ -343,12 +349,7 @@ def _build_diurnal(req: Request, streams: Streams) -> Generated:
         accept = rng.random(pending.size) * (1.0 + _DIURNAL_AMPLITUDE) < rate
         submit[pending[accept]] = candidate[accept]
         pending = pending[~accept]
-    return Generated(names, tenant, task_type, doc_bytes, pages, duration, memory, submit)
-
-
-def _build_many_tenants(req: Request, streams: Streams) -> Generated:
-    """As ``steady`` with 1,000 tenants by default; every tenant submits at least once."""
-    return _poisson_scenario(req, streams)
+    return replace(g, submit_s=submit)
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -378,7 +379,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "many-tenants",
             "as steady with 1,000 Zipf-shared tenants",
-            _build_many_tenants,
+            _build_steady,
             default_tenants=1000,
         ),
     )

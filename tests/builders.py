@@ -1,4 +1,5 @@
-"""Small builders for tests: ``make_tasks`` and Hypothesis strategies for random workloads."""
+"""Small builders for tests: ``make_tasks``, Hypothesis strategies for random workloads and
+``decision_sequence``, what a fast policy and its naive twin must agree on."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from dataclasses import dataclass
 import polars as pl
 from hypothesis import strategies as st
 
+from desched.policies import make_policy
+from desched.simulator import simulate
 from desched.trace import TaskTable
 
 
@@ -64,3 +67,10 @@ def workloads(draw: st.DrawFn, max_tasks: int = 40, max_tenants: int = 5) -> Tas
         for _ in range(n)
     ]
     return make_tasks(*tasks)
+
+
+def decision_sequence(tasks: TaskTable, name: str, workers: int, naive: bool) -> list[tuple]:
+    """Every decision of policy ``name`` (or its naive twin) as ``(t, worker, task, score,
+    *parts)``."""
+    d = simulate(tasks, make_policy(name, tasks, naive=naive), workers).decisions
+    return list(zip(d.t, d.worker, d.task, d.score, *d.parts))

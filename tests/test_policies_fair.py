@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from desched.policies import make_policy
 from desched.simulator import SimResult, simulate
 from desched.trace import TaskTable
-from tests.builders import T, make_tasks, workloads
+from tests.builders import T, decision_sequence, make_tasks, workloads
 
 
 def run(
@@ -24,11 +24,6 @@ def run(
 def served(result: SimResult) -> list[int]:
     """Task positions in decision order."""
     return list(result.decisions.task)
-
-
-def decision_sequence(tasks: TaskTable, name: str, workers: int, naive: bool) -> list[tuple]:
-    d = simulate(tasks, make_policy(name, tasks, naive=naive), workers).decisions
-    return list(zip(d.t, d.worker, d.task, d.score, *d.parts))
 
 
 def test_round_robin_alternates_between_two_backlogged_tenants():
@@ -152,8 +147,8 @@ def test_ifs_counter_with_zero_service_weight_decides_as_ifs_memoryless_on_any_w
 
 def test_ifs_counter_prefers_a_tenant_that_received_no_service_over_one_that_just_did():
     tasks = make_tasks(T("a", 0, 10), T("a", 2, 1), T("b", 6, 1))
-    # at t=10 a has 10 s of service, b none; backlogs 1 and 1; waits 8 and 4:
-    # a: 0.1 + 0.9 * 1 - 1.0 * 1 = 0; b: 0.1 + 0.9 * 0.5 - 0 = 0.55
+    # at t=10 a has 10 s of service, b none; backlogs 1 and 1; waits 8 and 4; w_service 2:
+    # a: 0.1 + 0.9 * 1 - 2.0 * 1 = -1; b: 0.1 + 0.9 * 0.5 - 0 = 0.55
     result = run(tasks, "ifs-counter")
     assert served(result) == [0, 2, 1]
     d = result.decisions

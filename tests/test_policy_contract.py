@@ -6,24 +6,18 @@ import itertools
 
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from desched.policies import REGISTRY, make_policy
 from desched.simulator import simulate
-from desched.trace import TaskTable
-from tests.builders import workloads
+from tests.builders import decision_sequence, workloads
 
 POLICIES = sorted(REGISTRY)
 
 
-def decision_sequence(tasks: TaskTable, name: str, workers: int, naive: bool) -> list[tuple]:
-    result = simulate(tasks, make_policy(name, tasks, naive=naive), workers)
-    d = result.decisions
-    return list(zip(d.t, d.worker, d.task, d.score, *d.parts))
-
-
 @pytest.mark.parametrize("name", POLICIES)
 @settings(max_examples=150, deadline=None)
-@given(tasks=workloads(), workers=__import__("hypothesis").strategies.integers(1, 4))
+@given(tasks=workloads(), workers=st.integers(1, 4))
 def test_fast_policy_gives_the_same_decisions_as_its_naive_twin(name, tasks, workers):
     fast = decision_sequence(tasks, name, workers, naive=False)
     naive = decision_sequence(tasks, name, workers, naive=True)
@@ -32,7 +26,7 @@ def test_fast_policy_gives_the_same_decisions_as_its_naive_twin(name, tasks, wor
 
 @pytest.mark.parametrize("name", POLICIES)
 @settings(max_examples=60, deadline=None)
-@given(tasks=workloads(), workers=__import__("hypothesis").strategies.integers(1, 4))
+@given(tasks=workloads(), workers=st.integers(1, 4))
 def test_every_task_runs_exactly_once_and_never_before_its_submission(name, tasks, workers):
     result = simulate(tasks, make_policy(name, tasks), workers)
     assert sorted(result.decisions.task) == list(range(len(tasks)))
@@ -43,7 +37,7 @@ def test_every_task_runs_exactly_once_and_never_before_its_submission(name, task
 
 @pytest.mark.parametrize("name", POLICIES)
 @settings(max_examples=30, deadline=None)
-@given(tasks=workloads(), workers=__import__("hypothesis").strategies.integers(1, 4))
+@given(tasks=workloads(), workers=st.integers(1, 4))
 def test_a_worker_never_runs_two_tasks_at_once_and_is_never_idle_while_work_waits(
     name, tasks, workers
 ):
@@ -68,7 +62,7 @@ def test_a_worker_never_runs_two_tasks_at_once_and_is_never_idle_while_work_wait
 
 @pytest.mark.parametrize("name", POLICIES)
 @settings(max_examples=20, deadline=None)
-@given(tasks=workloads(), workers=__import__("hypothesis").strategies.integers(1, 4))
+@given(tasks=workloads(), workers=st.integers(1, 4))
 def test_the_simulation_is_deterministic(name, tasks, workers):
     assert decision_sequence(tasks, name, workers, False) == decision_sequence(
         tasks, name, workers, False

@@ -157,3 +157,40 @@ def test_the_real_logs_import_with_every_job_accounted_for(name: str, at_least: 
     assert frame["submit_s"].min() == 0.0
     assert frame["task_id"].n_unique() == frame.height
     assert frame["tenant"].n_unique() > 100
+
+
+def test_every_dropped_job_is_quarantined_with_its_line_reason_and_text(small) -> None:
+    _, report = small
+    rejected = report.rejected
+    assert rejected.columns == ["line", "reason", "text"]
+    assert rejected.select("line", "reason").rows() == [
+        (5, "no run time"),
+        (6, "zero run time"),
+        (10, "malformed"),
+        (11, "malformed"),
+        (12, "duplicate job"),
+        (13, "malformed"),
+        (14, "no submit time"),
+    ]
+    assert rejected["text"][0] == SMALL_SWF.splitlines()[4]  # line 5: job 2, run time -1
+    counts = dict(rejected["reason"].value_counts().iter_rows())
+    assert counts == {reason: n for reason, n in report.dropped.items() if n}
+
+
+def test_import_swf_writes_the_quarantine_when_asked(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from desched.cli import cli
+
+    rejected = tmp_path / "q" / "rejected.parquet"
+    res = CliRunner().invoke(
+        cli,
+        ["import-swf", str(write_swf(tmp_path)), "--out", str(tmp_path / "t.parquet"),
+         "--rejected", str(rejected)],
+        catch_exceptions=False,
+    )
+    assert res.exit_code == 0, res.output
+    assert "7 dropped jobs" in res.output
+    frame = pl.read_parquet(rejected)
+    assert frame.height == 7
+    assert frame.filter(pl.col("reason") == "duplicate job")["text"].str.contains("190").all()

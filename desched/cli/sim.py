@@ -5,11 +5,22 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from desched.errors import DeschedError
+
+if TYPE_CHECKING:
+    import polars as pl
+
+
+TRACE_OPTION = click.option("--trace", "trace_path", required=True,
+                            type=click.Path(path_type=Path), help="Trace Parquet file.")
+WORKERS_OPTION = click.option("--workers", required=True, type=click.IntRange(min=1),
+                              help="Number of workers.")
+WINDOW_OPTION = click.option("--window-s", type=float, default=None,
+                             help="Window length for drift metrics (default: submission span / 20).")
 
 
 def parse_param_args(values: tuple[str, ...]) -> dict[str, str]:
@@ -30,7 +41,7 @@ def _progress(total: int, desc: str) -> Any:
 
 
 def run_policy(
-    trace_path: Path,
+    trace: pl.DataFrame,
     policy_name: str,
     params: dict[str, str],
     workers: int,
@@ -38,13 +49,13 @@ def run_policy(
     seed: int,
     window_s: float | None,
 ) -> dict[str, Any]:
-    """Simulate one policy over a trace file and write its run folder; returns the summary."""
+    """Simulate one policy over a validated trace and write its run folder; returns the
+    summary."""
     from desched.policies import make_policy
     from desched.runs import write_run
     from desched.simulator import simulate
-    from desched.trace import TaskTable, read_trace
+    from desched.trace import TaskTable
 
-    trace = read_trace(trace_path)
     tasks = TaskTable.from_frame(trace)
     policy = make_policy(policy_name, tasks, params)
     with _progress(len(tasks), policy_name) as bar:
@@ -91,7 +102,7 @@ def scenario(
 
     if name == "list":
         for key, value in SCENARIOS.items():
-            click.echo(f"{key:14s} {getattr(value, 'description', value)}")
+            click.echo(f"{key:14s} {value.description}")
         return
     kwargs: dict[str, Any] = {"tasks": tasks, "load": load, "workers": workers, "seed": seed,
                               "predicted_noise": predicted_noise}
@@ -107,12 +118,14 @@ def scenario(
 @click.argument("log", type=click.Path(path_type=Path))
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Trace Parquet file to write.")
-def import_swf(log: Path, out: Path) -> None:
+@click.option("--rejected", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Parquet file to write the dropped jobs to: line, reason, raw text.")
+def import_swf(log: Path, out: Path, rejected: Path | None) -> None:
     """Import a Standard Workload Format log (.swf or .swf.gz) as a trace.
 
     A user becomes a tenant, the executable (else the queue) the task type, requested
     processors and time become features, run time the duration. Jobs that cannot be used
-    are dropped and counted by reason.
+    are dropped and counted by reason; --rejected keeps them with their reason.
     """
     from desched.swf import import_swf as do_import
     from desched.trace import write_trace
@@ -120,27 +133,31 @@ def import_swf(log: Path, out: Path) -> None:
     frame, report = do_import(log)
     write_trace(frame, out)
     click.echo(f"{out}: {report.summary()}")
+    if rejected is not None:
+        rejected.parent.mkdir(parents=True, exist_ok=True)
+        report.rejected.write_parquet(rejected)
+        click.echo(f"{rejected}: {report.rejected.height} dropped jobs with their reasons")
 
 
 @click.command()
-@click.option("--trace", "trace_path", required=True, type=click.Path(path_type=Path),
-              help="Trace Parquet file.")
+@TRACE_OPTION
 @click.option("--policy", required=True, help="Policy name (see `desched policies`).")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
               help="Policy parameter; repeatable.")
-@click.option("--workers", required=True, type=click.IntRange(min=1), help="Number of workers.")
+@WORKERS_OPTION
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Run folder to write.")
 @click.option("--seed", default=0, show_default=True, help="Seed recorded with the run.")
-@click.option("--window-s", type=float, default=None,
-              help="Window length for drift metrics (default: submission span / 20).")
+@WINDOW_OPTION
 def simulate(
     trace_path: Path, policy: str, params: tuple[str, ...], workers: int, out: Path, seed: int,
     window_s: float | None,
 ) -> None:
     """Simulate a policy over a trace; write tasks, decisions, decision log and summary."""
-    summary = run_policy(trace_path, policy, parse_param_args(params), workers, out, seed,
-                         window_s)
+    from desched.trace import read_trace
+
+    summary = run_policy(read_trace(trace_path), policy, parse_param_args(params), workers, out,
+                         seed, window_s)
     click.echo(
         f"{out}: {summary['tasks']} tasks, mean wait {summary['mean_wait_s']:.1f} s, "
         f"p99 response {summary['p99_response_s']:.1f} s, Jain {summary['jain_slowdown']:.3f}, "
@@ -226,17 +243,15 @@ def plot_wait_over_time(run_dirs: dict[str, Path], tenants: list[str], out: Path
 
 
 @click.command()
-@click.option("--trace", "trace_path", required=True, type=click.Path(path_type=Path),
-              help="Trace Parquet file.")
+@TRACE_OPTION
 @click.option("--policies", required=True, help="Comma-separated policy names.")
 @click.option("--param", "params", multiple=True, metavar="POLICY.KEY=VALUE",
               help="Parameter of one policy, e.g. ifs-counter.half_life_s=600; repeatable.")
-@click.option("--workers", required=True, type=click.IntRange(min=1), help="Number of workers.")
+@WORKERS_OPTION
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder for one run folder per policy, compare.json and the plot.")
 @click.option("--seed", default=0, show_default=True, help="Seed recorded with the runs.")
-@click.option("--window-s", type=float, default=None,
-              help="Window length for drift metrics (default: submission span / 20).")
+@WINDOW_OPTION
 @click.option("--tenants", "n_tenants", default=5, show_default=True,
               help="Tenants shown by name in the table and plot (largest first).")
 def compare(
@@ -244,7 +259,8 @@ def compare(
     seed: int, window_s: float | None, n_tenants: int,
 ) -> None:
     """Run several policies on one trace; print a table, write compare.json and a plot."""
-    from desched.policies import get_policy, parse_params
+    from desched.policies import parse_params
+    from desched.trace import read_trace
 
     names = [p.strip() for p in policies.split(",") if p.strip()]
     if not names:
@@ -257,14 +273,13 @@ def compare(
                                f"in --policies")
         per_policy[policy][param] = value
     for n in names:  # refuse bad names and parameters before running anything
-        get_policy(n)
         parse_params(n, per_policy[n])
+    trace = read_trace(trace_path)
     summaries: dict[str, dict[str, Any]] = {}
     run_dirs: dict[str, Path] = {}
     for n in names:
         run_dirs[n] = out / n
-        summaries[n] = run_policy(trace_path, n, per_policy[n], workers, run_dirs[n], seed,
-                                  window_s)
+        summaries[n] = run_policy(trace, n, per_policy[n], workers, run_dirs[n], seed, window_s)
     tenants = top_tenants(next(iter(summaries.values())), n_tenants)
     table = format_table(summaries, tenants)
     plot = plot_wait_over_time(run_dirs, tenants, out / "wait-over-time.png")

@@ -210,10 +210,6 @@ class TenantQueues:
         """Position of the task tenant ``k`` would serve next."""
         return int(self.heaps[k][0][-1])
 
-    def tenant_backlog(self, k: int) -> int:
-        heap = self.heaps.get(k)
-        return len(heap) if heap else 0
-
 
 def pick_slot(score: np.ndarray, head_submit: np.ndarray, head_pos: np.ndarray) -> int:
     """Slot with the highest score; ties go to the earlier head submit, then position."""

@@ -78,6 +78,6 @@ class SjfOracle(ShortestColumnFirst):
 
     name = "sjf-oracle"
     summary = SjfOracleNaive.summary
-    column = "duration_s"
-    reads = frozenset({"duration_s"})
+    column = SjfOracleNaive.column
+    reads = SjfOracleNaive.reads
     naive = SjfOracleNaive

@@ -25,6 +25,6 @@ class SjfPredicted(ShortestColumnFirst):
 
     name = "sjf-predicted"
     summary = SjfPredictedNaive.summary
-    column = "predicted_s"
-    reads = frozenset({"predicted_s"})
+    column = SjfPredictedNaive.column
+    reads = SjfPredictedNaive.reads
     naive = SjfPredictedNaive

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from typing import Any
 
 from desched.policies.base import NaivePolicy, Policy, PolicyParams, TenantQueues
 from desched.trace import TaskTable
@@ -119,7 +120,8 @@ class VtcNaive(NaivePolicy):
         self.counters.completed(i, duration_s)
 
 
-HeapEntry = tuple[float, ...]
+HeapEntry = tuple[Any, ...]
+"""``(counter, *task_key of the head, head position, tenant, version)``."""
 
 
 class Vtc(Policy):
@@ -168,7 +170,7 @@ class Vtc(Policy):
         heap, version = self.heap, self.version
         while heap:
             entry = heap[0]
-            if version[int(entry[-2])] == entry[-1]:
+            if version[entry[-2]] == entry[-1]:
                 return entry
             heapq.heappop(heap)
         return None
@@ -190,7 +192,7 @@ class Vtc(Policy):
         entry = self._top()
         assert entry is not None, "pop on an empty queue"
         heapq.heappop(self.heap)
-        k = int(entry[-2])
+        k: int = entry[-2]
         q = self.queues
         i = q.pop_tenant(k)
         self.score = entry[0]
@@ -202,7 +204,7 @@ class Vtc(Policy):
             self.counters.left(k)
         if len(self.heap) > 2 * q.n + _COMPACT_SLACK:
             version = self.version
-            self.heap = [e for e in self.heap if version[int(e[-2])] == e[-1]]
+            self.heap = [e for e in self.heap if version[e[-2]] == e[-1]]
             heapq.heapify(self.heap)
         return i
 
