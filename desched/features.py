@@ -21,7 +21,7 @@ columns come from one sort and one backward as-of join per key, O(n log n).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -251,9 +251,3 @@ class FeatureEncoder:
             v = task.get(c)
             out[j] = nan if v is None else float(v)
             j += 1
-
-
-def require_columns(frame: pl.DataFrame, columns: Sequence[str], source: str) -> None:
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise DeschedError(f"{source}: missing column {missing[0]!r} needed for features")

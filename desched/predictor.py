@@ -45,7 +45,9 @@ _DOUBLE_P = ctypes.POINTER(ctypes.c_double)
 
 
 def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """The SHA-256 of a file's content, read in chunks (memory stays flat for any size)."""
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def host_target() -> str:
@@ -130,11 +132,10 @@ class Predictor:
         self._encoder = FeatureEncoder(spec)
         self._lock = threading.Lock()
         self._history_at = len(spec.names) - len(HISTORY)
-        window = spec.history_window
         self._recent: dict[str, deque[float]] = {}
         self._recent_type: dict[tuple[str, str], deque[float]] = {}
         self._done: dict[str, int] = {}
-        self._window = window
+        self._window = spec.history_window
         self._booster: lightgbm.Booster | None = None
         if forest.n_features != len(spec.names):
             raise PredictorUnavailable(
@@ -145,7 +146,8 @@ class Predictor:
     @classmethod
     def load(cls, registry: str | Path, version: str | None = None) -> Predictor:
         """Load the champion (or ``version``) of ``registry``; compile it if its ``.so`` is
-        missing. Raises ``PredictorUnavailable`` naming what is missing or corrupt."""
+        missing, differs from the card's checksum or was built for another CPU. Raises
+        ``PredictorUnavailable`` naming what is missing or corrupt."""
         from desched.registry import Registry
 
         reg = Registry(registry)

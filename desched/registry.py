@@ -37,7 +37,9 @@ import numpy as np
 
 from desched.errors import DeschedError
 from desched.features import FeatureSpec, feature_matrix
-from desched.training import TrainResult, mae
+from desched.predictor import PredictorUnavailable, file_sha256, host_target
+from desched.predictor import compile_model as compile_forest
+from desched.training import Model, TrainResult, mae
 
 CARD = "card.json"
 CHAMPION = "CHAMPION"
@@ -102,23 +104,16 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def git_commit(cwd: Path | None = None) -> str | None:
     """The checkout's HEAD commit (with ``-dirty`` when the tree has changes), or None."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
+        )
+        return done.stdout.strip()
+
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
+        head = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return None
     return f"{head}-dirty" if dirty else head
@@ -138,8 +133,6 @@ class Registry:
 
     def champion(self) -> str | None:
         """The champion's version name, or None when there is none yet."""
-        from desched.predictor import PredictorUnavailable
-
         pointer = self.root / CHAMPION
         if not pointer.is_file():
             return None
@@ -151,8 +144,6 @@ class Registry:
         return name
 
     def card(self, version: str) -> dict[str, Any]:
-        from desched.predictor import PredictorUnavailable
-
         path = self.root / version / CARD
         try:
             card: dict[str, Any] = json.loads(path.read_text())
@@ -235,8 +226,7 @@ def champion_mae_on(
         return None, "its history window differs from this version's"
     if booster.num_feature() != len(spec.names):
         return None, "its model and card disagree on the features"
-    raw = np.asarray(booster.predict(feature_matrix(test, spec)), dtype=np.float64)
-    pred = np.exp(raw) if card["target_log"] else raw
+    pred = Model(booster, bool(card["target_log"])).predict_s(feature_matrix(test, spec))
     return mae(test["duration_s"].to_numpy(), pred), None
 
 
@@ -249,9 +239,6 @@ def register(
 ) -> dict[str, Any]:
     """Write ``result`` as a new version, compile it, apply the promotion rule, and return the
     card. The champion pointer moves only on promotion."""
-    from desched.predictor import compile_model as compile_forest
-    from desched.predictor import file_sha256, host_target
-
     reg = Registry(registry)
     try:
         champion = reg.champion()

@@ -22,6 +22,7 @@ LightGBM is imported inside the functions that need it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import time
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     import lightgbm
 
 ObjectiveName = Literal["l2-log", "l1-log", "l1", "l2"]
-OBJECTIVES: dict[str, tuple[str, bool]] = {
+OBJECTIVES: dict[ObjectiveName, tuple[str, bool]] = {
     "l2-log": ("regression", True),
     "l1-log": ("regression_l1", True),
     "l1": ("regression_l1", False),
@@ -57,7 +58,7 @@ class TrainSettings:
 
     valid_frac: float = 0.15
     test_frac: float = 0.15
-    objectives: tuple[str, ...] = tuple(OBJECTIVES)
+    objectives: tuple[ObjectiveName, ...] = tuple(OBJECTIVES)
     quantiles: tuple[float, ...] = QUANTILES
     num_leaves: int = 31
     learning_rate: float = 0.05
@@ -250,7 +251,6 @@ def train(
     split = Split.of(data.height, settings.valid_frac, settings.test_frac)
     train_rows, valid_rows, test_rows = data[split.train], data[split.valid], data[split.test]
     spec = FeatureSpec.fit(train_rows)
-    names = list(spec.names)
     x_train, x_valid, x_test = (
         feature_matrix(rows, spec) for rows in (train_rows, valid_rows, test_rows)
     )
@@ -258,21 +258,21 @@ def train(
         rows["duration_s"].to_numpy() for rows in (train_rows, valid_rows, test_rows)
     )
 
+    fit = functools.partial(
+        fit_model,
+        x_train,
+        y_train,
+        x_valid,
+        y_valid,
+        settings=settings,
+        categorical=spec.categorical_indices,
+        feature_names=list(spec.names),
+    )
     candidates: dict[str, Model] = {}
     compared: dict[str, dict[str, float]] = {}
     for name in settings.objectives:
         lgb_objective, log_target = OBJECTIVES[name]
-        model = fit_model(
-            x_train,
-            y_train,
-            x_valid,
-            y_valid,
-            objective=lgb_objective,
-            log_target=log_target,
-            settings=settings,
-            categorical=spec.categorical_indices,
-            feature_names=names,
-        )
+        model = fit(objective=lgb_objective, log_target=log_target)
         candidates[name] = model
         compared[name] = {
             "valid_mae_s": mae(y_valid, model.predict_s(x_valid)),
@@ -286,18 +286,7 @@ def train(
     quantile_metrics: dict[str, float | None] = {}
     for q in settings.quantiles:
         key = f"p{round(q * 100)}"
-        qm = fit_model(
-            x_train,
-            y_train,
-            x_valid,
-            y_valid,
-            objective="quantile",
-            log_target=True,
-            settings=settings,
-            categorical=spec.categorical_indices,
-            feature_names=names,
-            alpha=q,
-        )
+        qm = fit(objective="quantile", log_target=True, alpha=q)
         quantile_models[key] = qm
         pred = qm.predict_s(x_test)
         diff = y_test - pred

@@ -224,6 +224,8 @@ class FileReport:
     file_rule: str | None = None
     detail: str | None = None
     audited_rows: int = 0
+    gx_unexpected: dict[str, int] = field(default_factory=dict)
+    """Rows GX found unexpected per rule while loading (``audit_rows=None`` only)."""
     pending_bytes: int = 0
     seconds: float = 0.0
     audit_sample: pl.DataFrame | None = field(default=None, repr=False)
@@ -340,32 +342,30 @@ def plan(
             unchanged += 1
             continue
         fmt = LogFormat.PARQUET if path.suffix == ".parquet" else LogFormat.JSONL
+        detail: str | None = None
         if fmt is LogFormat.PARQUET:
-            digest = _sha256(path)
+            content_hash: str | None = _sha256(path)
             if prev is None:
                 action = Action.NEW
-            elif prev.content_hash == digest:
+            elif prev.content_hash == content_hash:
                 action = Action.TOUCHED
             else:
                 action = Action.REPLACED
-            work.append(FileWork(key, fmt, action, size, mtime, digest, prev))
-            continue
-        if prev is None:
-            work.append(FileWork(key, fmt, Action.NEW, size, mtime, None))
-        elif size < prev.offset_bytes:
-            work.append(FileWork(
-                key, fmt, Action.TRUNCATED, size, mtime, prev.content_hash, prev,
-                f"shrank to {size} bytes, below the {prev.offset_bytes} bytes already read",
-            ))
-        elif _sha256(path, min(prev.offset_bytes, HEAD_BYTES)) != prev.content_hash:
-            work.append(FileWork(
-                key, fmt, Action.TRUNCATED, size, mtime, prev.content_hash, prev,
-                "its first bytes changed since they were read (truncated and rewritten?)",
-            ))
-        elif size > prev.offset_bytes:
-            work.append(FileWork(key, fmt, Action.GROWN, size, mtime, prev.content_hash, prev))
+        elif prev is None:
+            content_hash, action = None, Action.NEW
         else:
-            work.append(FileWork(key, fmt, Action.TOUCHED, size, mtime, prev.content_hash, prev))
+            content_hash = prev.content_hash  # of the head already read
+            if size < prev.offset_bytes:
+                action = Action.TRUNCATED
+                detail = f"shrank to {size} bytes, below the {prev.offset_bytes} bytes already read"
+            elif _sha256(path, min(prev.offset_bytes, HEAD_BYTES)) != prev.content_hash:
+                action = Action.TRUNCATED
+                detail = "its first bytes changed since they were read (truncated and rewritten?)"
+            elif size > prev.offset_bytes:
+                action = Action.GROWN
+            else:
+                action = Action.TOUCHED
+        work.append(FileWork(key, fmt, action, size, mtime, content_hash, prev, detail))
     return work, unchanged
 
 
@@ -686,7 +686,6 @@ class _Loader:
         self.auditor = auditor
         self.state = state
         self.report = FileReport(work.path, work.format.value, work.action.value)
-        self.audit = AuditResult()  # rows GX checked during the load (every-row mode)
         self.exprs = rule_exprs(settings.task_types)
         self.table_columns = {
             table: dict(
@@ -763,15 +762,13 @@ class _Loader:
             self._quarantine_rows(staged.filter(mask), raw.filter(mask))
 
         last_t = staged["t"].drop_nulls()
-        max_seq = staged["seq"].max()
+        seq_maxima = (self.state.max_seq, staged["seq"].max())
         self.state = replace(
             self.state,
             last_t=float(last_t[-1]) if len(last_t) else self.state.last_t,
-            max_seq=(
-                self.state.max_seq
-                if max_seq is None
-                else int(max_seq) if self.state.max_seq is None  # type: ignore[arg-type]
-                else max(self.state.max_seq, int(max_seq))  # type: ignore[arg-type]
+            max_seq=max(
+                (int(s) for s in seq_maxima if s is not None),  # type: ignore[arg-type]
+                default=None,
             ),
         )
 
@@ -867,7 +864,8 @@ class _Loader:
         sample = chosen.with_columns(pl.lit(self.work.path).alias("source")).select(AUDIT_COLUMNS)
         self.report.audited_rows += sample.height
         if self.settings.audit_rows is None:
-            self.audit.add(self.auditor().audit(sample))
+            for rule, n in self.auditor().audit(sample).unexpected.items():
+                self.report.gx_unexpected[rule] = self.report.gx_unexpected.get(rule, 0) + n
         else:
             self.samples.append(sample)
 
@@ -1092,12 +1090,16 @@ def summarize(
     counts: dict[str, int],
     audit: AuditResult | None = None,
 ) -> IngestSummary:
-    """Totals of a run from its file reports and its GX audit."""
+    """Totals of a run from its file reports and its GX audit (of the samples, or of every
+    row as the files loaded)."""
     by_rule: dict[str, int] = {}
+    gx_unexpected = dict(audit.unexpected) if audit else {}
     for r in reports:
         for rule, n in r.quarantined.items():
             if n:
                 by_rule[rule] = by_rule.get(rule, 0) + n
+        for rule, n in r.gx_unexpected.items():
+            gx_unexpected[rule] = gx_unexpected.get(rule, 0) + n
     return IngestSummary(
         files_seen=files_seen,
         files_read=sum(1 for r in reports if r.action != Action.TOUCHED.value),
@@ -1109,7 +1111,7 @@ def summarize(
         files=list(reports),
         counts=counts,
         gx_rows_checked=sum(r.audited_rows for r in reports),
-        gx_unexpected=dict(audit.unexpected) if audit else {},
+        gx_unexpected=gx_unexpected,
     )
 
 

@@ -5,6 +5,8 @@ Entrypoint of the ``ingest-logs`` deployment (prefect.yaml), also run by ``desch
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from prefect import flow
 
 from desched.errors import DeschedError
@@ -48,10 +50,9 @@ def ingest_logs(
     re-checks the run's audit sample; a disagreement with the polars rules (a bug, not bad
     data) is published and fails the run.
     """
-    settings = IngestSettings(
-        task_types=TaskTypes.parse(task_types),
-        audit_rows=None if gx_every_row else IngestSettings().audit_rows,
-    )
+    settings = IngestSettings(task_types=TaskTypes.parse(task_types))
+    if gx_every_row:
+        settings = replace(settings, audit_rows=None)
     prepare_warehouse(db_path)
     work, unchanged = plan_ingestion(logs_dir, db_path, settings)
     reports: list[FileReport] = []

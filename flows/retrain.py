@@ -15,9 +15,9 @@ from prefect import flow
 
 from desched.errors import DeschedError
 from desched.training import TrainSettings
+from desched.warehouse import DEFAULT_DB
 from tasks.retrain import load_training_data, publish_report, register_version, train_duration_model
 
-DEFAULT_DB = "data/warehouse.duckdb"
 DEFAULT_REGISTRY = "models/duration"
 
 
@@ -35,7 +35,7 @@ def retrain_duration_model(
     if db and trace:
         raise DeschedError("give either db or trace, not both")
     if not trace:
-        db = db or DEFAULT_DB
+        db = db or str(DEFAULT_DB)
     frame = load_training_data(db=db, trace=trace)
     settings = TrainSettings(max_rounds=max_rounds, seed=seed)
     result = train_duration_model(frame, settings, source=str(db or trace))

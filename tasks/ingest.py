@@ -38,28 +38,23 @@ def _transient(task: Any, task_run: Any, state: Any) -> bool:
 
 
 RETRY_DELAYS_S = [2.0, 10.0, 30.0]
+_IO_TASK: dict[str, Any] = {
+    "retries": len(RETRY_DELAYS_S),
+    "retry_delay_seconds": RETRY_DELAYS_S,
+    "retry_condition_fn": _transient,
+    "cache_policy": NO_CACHE,
+}
+"""Options of every task that touches the warehouse: retried on I/O errors, never cached."""
 
 
-@task(
-    name="prepare-warehouse",
-    retries=len(RETRY_DELAYS_S),
-    retry_delay_seconds=RETRY_DELAYS_S,
-    retry_condition_fn=_transient,
-    cache_policy=NO_CACHE,
-)
+@task(name="prepare-warehouse", **_IO_TASK)
 def prepare_warehouse(db_path: str) -> dict[str, int]:
     """Create the warehouse and its tables if needed; return rows per table."""
     with open_warehouse(db_path) as con:
         return table_counts(con)
 
 
-@task(
-    name="plan-ingestion",
-    retries=len(RETRY_DELAYS_S),
-    retry_delay_seconds=RETRY_DELAYS_S,
-    retry_condition_fn=_transient,
-    cache_policy=NO_CACHE,
-)
+@task(name="plan-ingestion", **_IO_TASK)
 def plan_ingestion(
     logs_dir: str, db_path: str, settings: IngestSettings
 ) -> tuple[list[FileWork], int]:
@@ -68,14 +63,7 @@ def plan_ingestion(
         return plan(con, logs_dir, settings)
 
 
-@task(
-    name="ingest-log-file",
-    task_run_name="ingest-{work.path}",
-    retries=len(RETRY_DELAYS_S),
-    retry_delay_seconds=RETRY_DELAYS_S,
-    retry_condition_fn=_transient,
-    cache_policy=NO_CACHE,
-)
+@task(name="ingest-log-file", task_run_name="ingest-{work.path}", **_IO_TASK)
 def ingest_log_file(work: FileWork, db_path: str, settings: IngestSettings) -> FileReport:
     """Read, check and load one log file in one transaction; the report carries the rows
     for the GX audit (or GX has checked every row already, with ``audit_rows=None``)."""
@@ -90,16 +78,8 @@ def audit_with_gx(sample: pl.DataFrame, settings: IngestSettings) -> AuditResult
     return gx_auditor(settings.task_types).audit(sample)
 
 
-@task(
-    name="count-warehouse-rows",
-    retries=len(RETRY_DELAYS_S),
-    retry_delay_seconds=RETRY_DELAYS_S,
-    retry_condition_fn=_transient,
-    cache_policy=NO_CACHE,
-)
-def count_warehouse_rows(db_path: str) -> dict[str, int]:
-    with open_warehouse(db_path) as con:
-        return table_counts(con)
+count_warehouse_rows = prepare_warehouse.with_options(name="count-warehouse-rows")
+"""Rows per warehouse table, at the end of a run (the same work as ``prepare_warehouse``)."""
 
 
 @task(name="publish-ingest-report", cache_policy=NO_CACHE)

@@ -6,7 +6,6 @@ file's content hash; training and registration never retry (a registration write
 
 from __future__ import annotations
 
-import hashlib
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -17,20 +16,18 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.context import TaskRunContext
 
 from desched import registry, training
+from desched.predictor import file_sha256
 from desched.training import TrainResult, TrainSettings
 
 
 def _content_key(context: TaskRunContext, parameters: dict[str, Any]) -> str | None:
-    """``training-data-<sha256 of the input file>``; no caching when it cannot be read."""
-    path = parameters.get("db") or parameters.get("trace")
+    """``training-data-{db|trace}-<sha256 of the input file>``; no caching when there is no
+    such file."""
+    kind = "db" if parameters.get("db") else "trace"
+    path = parameters.get(kind)
     if not path or not Path(path).is_file():
         return None
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    kind = "db" if parameters.get("db") else "trace"
-    return f"training-data-{kind}-{digest.hexdigest()}"
+    return f"training-data-{kind}-{file_sha256(Path(path))}"
 
 
 @task(

@@ -20,6 +20,7 @@ from desched.warehouse import (
     ingest_file,
     open_warehouse,
     plan,
+    summarize,
     table_counts,
 )
 from tests.builders import T, make_frame, make_tasks
@@ -296,6 +297,18 @@ def test_a_jsonl_file_that_shrank_is_reported_truncated_and_keeps_its_rows(tmp_p
     assert run_once(logs, db) == []
 
 
+def test_a_jsonl_file_rewritten_with_other_first_bytes_is_reported_truncated(
+    tmp_path: Path,
+) -> None:
+    logs, db = tmp_path / "logs", tmp_path / "w.duckdb"
+    log = write_jsonl(logs / "live-log.jsonl", [decision(0, 0.0, "t0"), decision(1, 1.0, "t1")])
+    run_once(logs, db)
+    write_jsonl(log, [decision(i, float(i), f"u{i}") for i in range(4)])  # longer, other head
+    [report] = run_once(logs, db)
+    assert report.file_rule == "truncated_file" and "first bytes changed" in (report.detail or "")
+    assert counts(db)["decisions"] == 2
+
+
 def test_a_parquet_log_touched_without_change_is_not_read_again(tmp_path):
     import os
 
@@ -314,6 +327,9 @@ def test_gx_checking_every_row_agrees_with_the_rules_on_every_kind_of_bad_row(tm
     [report] = run_once(logs, db, IngestSettings(audit_rows=None))
     assert report.audited_rows == len(BAD_LOG) - 1 and report.audit_sample is None
     assert report.rows_quarantined == len(BAD_LINES) and report.rows_loaded == 5
+    summary = summarize([report], 1, {}, {})
+    assert summary.gx_rows_checked == len(BAD_LOG) - 1
+    assert summary.gx_unexpected["duplicate_id"] == 2  # what GX saw while loading is kept
 
 
 def test_a_rewritten_parquet_log_replaces_what_its_earlier_version_loaded(tmp_path):

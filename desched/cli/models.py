@@ -10,6 +10,13 @@ import click
 from desched.errors import DeschedError
 
 DEFAULT_REGISTRY = "models/duration"
+REGISTRY_OPTION = click.option(
+    "--registry",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_REGISTRY,
+    show_default=True,
+    help="Model registry folder.",
+)
 
 
 @click.command()
@@ -19,13 +26,7 @@ DEFAULT_REGISTRY = "models/duration"
     type=click.Path(path_type=Path),
     help="Trace Parquet file, or an SWF log (.swf, .swf.gz).",
 )
-@click.option(
-    "--registry",
-    type=click.Path(path_type=Path),
-    default=DEFAULT_REGISTRY,
-    show_default=True,
-    help="Model registry folder.",
-)
+@REGISTRY_OPTION
 @click.option(
     "--max-rounds",
     type=click.IntRange(1),
@@ -44,9 +45,12 @@ def train(db: Path | None, trace: Path | None, registry: Path, max_rounds: int, 
     from desched.training import TrainSettings, load_trace_or_swf, load_warehouse
     from desched.training import train as fit
 
-    if (db is None) == (trace is None):
+    if db is not None and trace is None:
+        frame = load_warehouse(db)
+    elif trace is not None and db is None:
+        frame = load_trace_or_swf(trace)
+    else:
         raise DeschedError("give exactly one of --db PATH or --trace TRACE.parquet")
-    frame = load_warehouse(db) if db is not None else load_trace_or_swf(trace)  # type: ignore[arg-type]
     result = fit(frame, TrainSettings(max_rounds=max_rounds, seed=seed), source=str(db or trace))
     card = register(registry, result)
     m = card["metrics"]
@@ -63,13 +67,7 @@ def train(db: Path | None, trace: Path | None, registry: Path, max_rounds: int, 
 
 
 @click.command()
-@click.option(
-    "--registry",
-    type=click.Path(path_type=Path),
-    default=DEFAULT_REGISTRY,
-    show_default=True,
-    help="Model registry folder.",
-)
+@REGISTRY_OPTION
 @click.option(
     "--trace", type=click.Path(path_type=Path), required=True, help="Input trace Parquet."
 )
@@ -97,13 +95,7 @@ def predict(registry: Path, trace: Path, out: Path) -> None:
 
 
 @click.command()
-@click.option(
-    "--registry",
-    type=click.Path(path_type=Path),
-    default=DEFAULT_REGISTRY,
-    show_default=True,
-    help="Model registry folder.",
-)
+@REGISTRY_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print the listing as JSON.")
 def models(registry: Path, as_json: bool) -> None:
     """List the registry's versions, the champion, and their held-out metrics."""

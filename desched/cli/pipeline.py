@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from desched.errors import DeschedError
+from desched.validation import KNOWN_TASK_TYPES, TASK_TYPE_PATTERNS
 from desched.warehouse import DEFAULT_DB
 
 
@@ -21,8 +22,9 @@ from desched.warehouse import DEFAULT_DB
 )
 @click.option(
     "--task-types", default=None,
-    help="Known task types: comma-separated names and re:PATTERNs "
-    "[default: ocr_clean, extract, classify, embed, unknown, re:app\\d+, re:q\\d+].",
+    help="Known task types: comma-separated names and re:PATTERNs [default: "
+    + ", ".join((*KNOWN_TASK_TYPES, *(f"re:{p}" for p in TASK_TYPE_PATTERNS)))
+    + "].",
 )
 @click.option(
     "--gx-every-row", is_flag=True,
