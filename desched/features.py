@@ -13,7 +13,7 @@ A feature row of a task holds only what is known when the task is submitted:
 
 Leakage rule: a history feature of task ``i`` uses only tasks whose end time is strictly
 before ``submit_i``. End time is ``end_s`` when the frame has it (simulation runs, completion
-records), else ``start_s + duration_s``, else ``submit_s + wait_s + duration_s``, else
+records), else ``start_s + duration_s``, else ``submit_s + wait_s + duration_s`` (``swf_wait_s``, the logged wait of an SWF import), else
 ``submit_s + duration_s`` (a trace without queueing: the earliest a task can end). The history
 columns come from one sort and one backward as-of join per key, O(n log n).
 """
@@ -115,12 +115,13 @@ def end_times(frame: pl.DataFrame) -> pl.Expr:
         return pl.col("end_s").cast(pl.Float64)
     if "start_s" in frame.columns:
         return pl.col("start_s").cast(pl.Float64) + pl.col("duration_s")
-    if "wait_s" in frame.columns:
-        return (
-            pl.col("submit_s")
-            + pl.col("wait_s").cast(pl.Float64).fill_null(0.0)
-            + pl.col("duration_s")
-        )
+    for wait in ("wait_s", "swf_wait_s"):
+        if wait in frame.columns:
+            return (
+                pl.col("submit_s")
+                + pl.col(wait).cast(pl.Float64).fill_null(0.0)
+                + pl.col("duration_s")
+            )
     return pl.col("submit_s") + pl.col("duration_s")
 
 

@@ -18,6 +18,8 @@ procs           allocated processors (5), null when -1
 used_mem_kb     used memory (7), null when -1
 group           ``"g{group}"`` (13), null when -1
 status          status (11): 1 completed, 0 failed, 5 cancelled; null when -1
+swf_wait_s      the logged queue wait (3), null when -1: when the job really started, for
+                leakage-safe history features; never a feature itself
 ==============  =========================================================================
 
 Jobs that cannot be used are dropped and counted by reason in the ``SwfReport``, never
@@ -254,5 +256,6 @@ def import_swf(path: str | Path) -> tuple[pl.DataFrame, SwfReport]:
         _known("used_mem_kb").alias("used_mem_kb"),
         _code("group", "g").alias("group"),
         _known("status").cast(pl.Int64).alias("status"),
+        _known("wait").cast(pl.Float64).alias("swf_wait_s"),
     ).sort("submit_s", maintain_order=True)
     return validate_trace(trace, str(path)), report

@@ -333,24 +333,9 @@ def train(
     )
 
 
-def swf_waits(path: str | Path) -> pl.DataFrame:
-    """``task_id`` and ``wait_s`` (SWF field 3) of an SWF log, for the leakage rule's end time
-    ``submit + wait + run``; ``desched.swf.import_swf`` does not carry the wait."""
-    from desched.swf import _parse, _read_text
-
-    text = _read_text(Path(path))
-    lines = pl.Series("text", text.splitlines(), pl.String)
-    keep = ~lines.str.strip_chars().str.starts_with(";") & (lines.str.strip_chars() != "")
-    jobs = _parse(lines.filter(keep)).filter(~pl.col("malformed"))
-    return jobs.select(
-        (pl.lit("j") + pl.col("job").cast(pl.Int64).cast(pl.String)).alias("task_id"),
-        pl.when(pl.col("wait") >= 0).then(pl.col("wait")).otherwise(0.0).alias("wait_s"),
-    ).unique("task_id", keep="first", maintain_order=True)
-
-
 def load_trace_or_swf(path: str | Path) -> pl.DataFrame:
-    """A trace Parquet file, or an SWF log (``.swf``, ``.swf.gz``) imported as a trace with
-    its queue waits."""
+    """A trace Parquet file, or an SWF log (``.swf``, ``.swf.gz``) imported as a trace (whose
+    ``swf_wait_s`` gives the history features the jobs' real end times)."""
     from desched.trace import read_trace
 
     path = Path(path)
@@ -358,8 +343,6 @@ def load_trace_or_swf(path: str | Path) -> pl.DataFrame:
         from desched.swf import import_swf
 
         frame, _ = import_swf(path)
-        if "wait_s" not in frame.columns:
-            frame = frame.join(swf_waits(path), on="task_id", how="left", maintain_order="left")
         return frame
     return read_trace(path)
 

@@ -87,17 +87,17 @@ def test_fields_map_to_trace_columns_as_specified(small) -> None:
         {
             "task_id": "j1", "tenant": "u7", "task_type": "app12", "submit_s": 0.0,
             "duration_s": 60.0, "req_procs": 4, "req_time_s": 120.0, "procs": 4,
-            "used_mem_kb": 2048.0, "group": "g3", "status": 1,
+            "used_mem_kb": 2048.0, "group": "g3", "status": 1, "swf_wait_s": 5.0,
         },
         {
             "task_id": "j4", "tenant": "u8", "task_type": "q4", "submit_s": 50.0,
             "duration_s": 30.0, "req_procs": 16, "req_time_s": None, "procs": 16,
-            "used_mem_kb": None, "group": None, "status": 1,
+            "used_mem_kb": None, "group": None, "status": 1, "swf_wait_s": 2.0,
         },
         {
             "task_id": "j5", "tenant": "unknown", "task_type": "unknown", "submit_s": 60.0,
             "duration_s": 45.0, "req_procs": None, "req_time_s": 60.0, "procs": None,
-            "used_mem_kb": None, "group": None, "status": None,
+            "used_mem_kb": None, "group": None, "status": None, "swf_wait_s": 2.0,
         },
     ]  # fmt: skip
 
