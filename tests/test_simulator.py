@@ -60,3 +60,27 @@ def test_a_trace_column_named_like_a_log_column_is_kept_under_a_trace_prefix(tmp
     assert done["status"].to_list() == ["ok", "ok"]
     assert done["trace_status"].to_list() == [1, 5]
     assert done["pages"].to_list() == [2, 9]
+
+
+def test_runs_in_separate_processes_with_different_hash_seeds_decide_identically(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import polars as pl
+
+    from desched.trace import write_trace
+    from desched.workloads import generate
+
+    trace = write_trace(generate("flood", tasks=1500, tenants=6, seed=3), tmp_path / "t.parquet")
+    for policy in ("vtc", "ifs-counter", "round-robin"):
+        frames = []
+        for hash_seed in ("1", "2"):
+            out = tmp_path / f"{policy}-{hash_seed}"
+            subprocess.run(
+                [sys.executable, "-m", "desched.cli", "simulate", "--trace", str(trace),
+                 "--policy", policy, "--workers", "3", "--out", str(out)],
+                check=True, capture_output=True, env={**os.environ, "PYTHONHASHSEED": hash_seed},
+            )
+            frames.append(pl.read_parquet(out / "decisions.parquet"))
+        assert frames[0].equals(frames[1]), policy
