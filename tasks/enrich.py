@@ -74,13 +74,16 @@ def enrich_batch(enricher: Enricher, leases: list[Lease], docs_root: str, batch_
     return batch
 
 
-@task(
-    name="store-results",
-    retries=len(RETRY_DELAYS_S),
-    retry_delay_seconds=RETRY_DELAYS_S,
-    retry_condition_fn=_transient,
-    cache_policy=NO_CACHE,
-)
+_WAREHOUSE_IO: dict[str, Any] = {
+    "retries": len(RETRY_DELAYS_S),
+    "retry_delay_seconds": RETRY_DELAYS_S,
+    "retry_condition_fn": _transient,
+    "cache_policy": NO_CACHE,
+}
+"""Options of the tasks that write the DuckDB warehouse: retried when it is busy."""
+
+
+@task(name="store-results", **_WAREHOUSE_IO)
 def store_batch(db_path: str, batch: Batch, worker: str) -> int:
     """Write the batch's results to the warehouse (``enrichment_results``)."""
     return store_results(
@@ -106,13 +109,7 @@ def report_batch(
     return counts
 
 
-@task(
-    name="train-memory-model",
-    retries=len(RETRY_DELAYS_S),
-    retry_delay_seconds=RETRY_DELAYS_S,
-    retry_condition_fn=_transient,
-    cache_policy=NO_CACHE,
-)
+@task(name="train-memory-model", **_WAREHOUSE_IO)
 def train_memory(db_path: str, out: str) -> dict[str, Any]:
     """Completion records of the warehouse -> peak-memory model in ``out``; its card."""
     from desched.enrich.memory_model import train_memory_model

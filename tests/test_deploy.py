@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from desched.cli.live import prefect_server_argv
 from desched.trace import write_trace
 from desched.workloads import generate
 
@@ -73,17 +74,7 @@ def prefect_server(tmp_path: Path) -> Iterator[dict[str, str]]:
     }
     with open(tmp_path / "server.log", "wb") as log:
         server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "prefect",
-                "server",
-                "start",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-            ],
+            prefect_server_argv(port),
             cwd=ROOT,
             env=env,
             stdout=log,

@@ -34,6 +34,12 @@ QUEUE_LINE = re.compile(r'^desched_queue_length\{tenant="([^"]*)"\} (\d+)$', re.
 SCALAR_LINE = re.compile(r"^(desched_[a-z_]+) ([0-9.e+-]+)$", re.MULTILINE)
 
 
+def prefect_server_argv(port: int) -> list[str]:
+    """The command line of a local Prefect server on loopback at ``port``."""
+    return [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+            "--port", str(port)]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -197,17 +203,7 @@ def live_demo(
     started = time.monotonic()
     with (
         _process(
-            [
-                sys.executable,
-                "-m",
-                "prefect",
-                "server",
-                "start",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(prefect_port),
-            ],
+            prefect_server_argv(prefect_port),
             base_env,
             folder / "prefect-server.log",
         ) as server,
