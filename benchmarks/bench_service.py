@@ -5,15 +5,19 @@ For each backend (SQLite file, PostgreSQL on loopback) this script:
 1. starts ``desched serve`` (a real subprocess, uvicorn on 127.0.0.1) on a fresh database,
 2. submits ``--tasks`` tasks over HTTP (batches of 1,000) and reads the service's resident
    memory with that queue,
-3. runs ``--workers`` concurrent workers (asyncio + httpx, one keep-alive connection each)
-   for ``--seconds``: each polls, then completes the task it got; it reports decisions per
-   second (polls answered with a task) and the client-side p50/p99 poll latency,
+3. runs ``--workers`` concurrent workers (asyncio, one keep-alive connection each; a
+   minimal HTTP/1.1 client, ``RawHttp``, or httpx with ``--client httpx``) for
+   ``--seconds``: each polls, then completes the task it got; it reports decisions per
+   second (polls answered with a task) and the client-side p50/p99 poll latency; then a
+   run half as long that only polls. Each of ``--repeats`` runs starts with ``--tasks``
+   queued (the queue is topped up over HTTP first); the table shows medians,
 4. runs the anchor on the same database engine: a plain FIFO queue table, ``--workers``
    threads with one connection each, polling by direct SQL (no HTTP, no policy) and
    completing with a second UPDATE. PostgreSQL: ``UPDATE ... WHERE id = (SELECT id ...
    ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING id``. SQLite has no SKIP LOCKED;
    the closest plain equivalent is the same UPDATE ... RETURNING of the oldest queued row
-   inside ``BEGIN IMMEDIATE`` (the write lock serialises the pollers).
+   inside ``BEGIN IMMEDIATE`` (the write lock serialises the pollers). Also ``--repeats``
+   times, each on a fresh table of ``--tasks`` rows.
 
 The client runs on the same machine as the service and competes with it for the CPUs; the
 machine and its load average are recorded. Results go to ``benchmarks/out/service.json``
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sqlite3
 import statistics
@@ -150,35 +155,122 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+class RawHttp:
+    """A minimal HTTP/1.1 keep-alive client over one asyncio stream (the bench's worker).
+
+    httpx costs the client about as much CPU per request as the service spends answering
+    it; on a 2-core machine that shared client then starves the service and inflates the
+    latency it measures (a response waits for the client's event loop). This client writes
+    each request as one pre-encoded buffer and reads the status line, the headers up to the
+    blank line and ``Content-Length`` bytes of body: enough for uvicorn's responses, which
+    always carry ``Content-Length`` on this API. It is still real HTTP over loopback TCP.
+    """
+
+    def __init__(self, host: str, port: int, token: str) -> None:
+        self.host, self.port = host, port
+        self.head = (
+            f"Host: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
+            "Content-Type: application/json\r\n"
+        ).encode()
+        self.reader: asyncio.StreamReader
+        self.writer: asyncio.StreamWriter
+
+    async def connect(self) -> None:
+        self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+
+    async def post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
+        data = json.dumps(body, separators=(",", ":")).encode()
+        self.writer.write(
+            b"POST "
+            + path.encode()
+            + b" HTTP/1.1\r\n"
+            + self.head
+            + b"Content-Length: "
+            + str(len(data)).encode()
+            + b"\r\n\r\n"
+            + data
+        )
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.lower() == b"content-length":
+                length = int(value)
+        body_bytes = await self.reader.readexactly(length) if length else b""
+        return status, body_bytes
+
+    async def close(self) -> None:
+        self.writer.close()
+        await self.writer.wait_closed()
+
+
+class HttpxHttp:
+    """The same interface over ``httpx.AsyncClient`` (``--client httpx``), for comparison."""
+
+    def __init__(self, host: str, port: int, token: str) -> None:
+        self.client = httpx.AsyncClient(
+            base_url=f"http://{host}:{port}",
+            timeout=30,
+            headers={"Authorization": f"Bearer {token}"},
+        )
+
+    async def connect(self) -> None:
+        pass
+
+    async def post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
+        r = await self.client.post(path, json=body)
+        return r.status_code, r.content
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+CLIENTS: dict[str, Any] = {"raw": RawHttp, "httpx": HttpxHttp}
+
+
 async def run_workers(
-    url: str, token: str, workers: int, seconds: float, *, complete: bool = True
+    url: str,
+    token: str,
+    workers: int,
+    seconds: float,
+    *,
+    complete: bool = True,
+    client_kind: str = "raw",
 ) -> dict[str, Any]:
     """``workers`` concurrent workers: poll, then (if ``complete``) complete the task."""
     latencies: list[float] = []
     decisions = 0
     stop_at = time.perf_counter() + seconds
-    headers = {"Authorization": f"Bearer {token}"}
+    host, port = url.removeprefix("http://").split(":")
 
     async def worker(k: int) -> None:
         nonlocal decisions
-        async with httpx.AsyncClient(base_url=url, timeout=30, headers=headers) as client:
+        client = CLIENTS[client_kind](host, int(port), token)
+        await client.connect()
+        poll = {"worker_id": f"w{k}", "free_mem_mb": 4096}
+        try:
             while time.perf_counter() < stop_at:
                 t0 = time.perf_counter()
-                r = await client.post("/v1/poll", json={"worker_id": f"w{k}", "free_mem_mb": 4096})
+                status, body = await client.post("/v1/poll", poll)
                 latencies.append(time.perf_counter() - t0)
-                if r.status_code == 204:
+                if status == 204:
                     await asyncio.sleep(0.01)
                     continue
-                r.raise_for_status()
-                lease = r.json()
+                if status != 200:
+                    raise RuntimeError(f"poll answered {status}: {body[:200]!r}")
+                lease = json.loads(body)
                 decisions += 1
                 if not complete:
                     continue
-                c = await client.post(
+                status, body = await client.post(
                     f"/v1/tasks/{lease['task_id']}/complete",
-                    json={"lease_id": lease["lease_id"], "duration_s": 0.5, "peak_mem_mb": 100},
+                    {"lease_id": lease["lease_id"], "duration_s": 0.5, "peak_mem_mb": 100},
                 )
-                c.raise_for_status()
+                if status != 204:
+                    raise RuntimeError(f"complete answered {status}: {body[:200]!r}")
+        finally:
+            await client.close()
 
     t0 = time.perf_counter()
     await asyncio.gather(*(worker(k) for k in range(workers)))
@@ -220,6 +312,8 @@ def anchor(db: Database, n: int, workers: int, seconds: float) -> dict[str, Any]
     rows = [(i, f"tenant{i % 16}", "queued") for i in range(n)]
     if db.kind == "sqlite":
         path = str(Path(db.url).with_name("anchor.db"))
+        for suffix in ("", "-wal", "-shm"):
+            Path(path + suffix).unlink(missing_ok=True)
         setup = sqlite3.connect(path, isolation_level=None)
         setup.execute("PRAGMA journal_mode=WAL")
         for ddl in ANCHOR_DDL:
@@ -253,6 +347,7 @@ def anchor(db: Database, n: int, workers: int, seconds: float) -> dict[str, Any]
         import psycopg
 
         with psycopg.connect(db.url, autocommit=True) as setup:
+            setup.execute("DROP TABLE IF EXISTS anchor")
             for ddl in ANCHOR_DDL:
                 setup.execute(ddl)
             with (
@@ -316,11 +411,36 @@ def anchor(db: Database, n: int, workers: int, seconds: float) -> dict[str, Any]
     }
 
 
-def bench(kind: str, n: int, workers: int, seconds: float) -> dict[str, Any]:
+def queued(url: str) -> int:
+    return int(httpx.get(f"{url}/healthz", timeout=10).json()["queued"])
+
+
+def phase(
+    proc: subprocess.Popen[bytes], url: str, token: str, workers: int, seconds: float, **kw: Any
+) -> dict[str, Any]:
+    """One timed run of the workers, with the service's CPU time over it."""
+    cpu0, wall0 = cpu_s(proc.pid), time.perf_counter()
+    out = asyncio.run(run_workers(url, token, workers, seconds, **kw))
+    cpu = cpu_s(proc.pid) - cpu0
+    out["server_cpu_share"] = cpu / (time.perf_counter() - wall0)
+    out["server_cpu_ms_per_decision"] = 1e3 * cpu / max(out["decisions"], 1)
+    return out
+
+
+def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-metric medians over repeats, with the repeats themselves under ``runs``."""
+    keys = [k for k, v in runs[0].items() if isinstance(v, int | float)]
+    return {**{k: statistics.median(r[k] for r in runs) for k in keys}, "runs": runs}
+
+
+def bench(
+    kind: str, n: int, workers: int, seconds: float, repeats: int, client: str
+) -> dict[str, Any]:
     from desched.service.store import Role, Store
 
     tmp = Path(tempfile.mkdtemp(prefix=f"bench-service-{kind}-"))
     db = Database(kind, tmp)
+    tag = f"[{kind}]"
     try:
         store = Store(db.url)
         store.migrate()
@@ -328,47 +448,59 @@ def bench(kind: str, n: int, workers: int, seconds: float) -> dict[str, Any]:
         worker_token = store.add_principal(Role.WORKER, "bench")
         store.close()
         proc, url = start_service(db.url, tmp)
+        full: list[dict[str, Any]] = []
+        poll_only: list[dict[str, Any]] = []
         try:
             rss_idle, _ = rss_mb(proc.pid)
             submit_rate = preload(url, tenant_tokens[0], n, tenant_tokens)
             rss_loaded, _ = rss_mb(proc.pid)
             print(
-                f"[{kind}] preloaded {n} tasks at {submit_rate:,.0f}/s; RSS {rss_loaded:.0f} MiB",
+                f"{tag} preloaded {n} tasks at {submit_rate:,.0f}/s; RSS {rss_loaded:.0f} MiB",
                 file=sys.stderr,
             )
-            cpu0, wall0 = cpu_s(proc.pid), time.perf_counter()
-            service = asyncio.run(run_workers(url, worker_token, workers, seconds))
-            cpu = cpu_s(proc.pid) - cpu0
-            service["server_cpu_share"] = cpu / (time.perf_counter() - wall0)
-            service["server_cpu_ms_per_decision"] = 1e3 * cpu / max(service["decisions"], 1)
-            service.update(server_latency(url))
-            cpu0, wall0 = cpu_s(proc.pid), time.perf_counter()
-            poll_only = asyncio.run(
-                run_workers(url, worker_token, workers, seconds / 2, complete=False)
-            )
-            cpu = cpu_s(proc.pid) - cpu0
-            poll_only["server_cpu_share"] = cpu / (time.perf_counter() - wall0)
-            poll_only["server_cpu_ms_per_decision"] = 1e3 * cpu / max(poll_only["decisions"], 1)
+            for r in range(repeats):
+                # Every timed run starts with ``n`` tasks queued: top the queue up first.
+                preload(url, tenant_tokens[0], n - queued(url), tenant_tokens)
+                full.append(phase(proc, url, worker_token, workers, seconds, client_kind=client))
+                full[-1].update(server_latency(url))
+                print(
+                    f"{tag} repeat {r + 1}/{repeats} poll + complete: {full[-1]}", file=sys.stderr
+                )
+                preload(url, tenant_tokens[0], n - queued(url), tenant_tokens)
+                poll_only.append(
+                    phase(
+                        proc,
+                        url,
+                        worker_token,
+                        workers,
+                        seconds / 2,
+                        complete=False,
+                        client_kind=client,
+                    )
+                )
+                print(f"{tag} repeat {r + 1}/{repeats} poll only: {poll_only[-1]}", file=sys.stderr)
             _, rss_peak = rss_mb(proc.pid)
         finally:
             proc.terminate()
             proc.wait(timeout=30)
-        print(f"[{kind}] service: {service}", file=sys.stderr)
-        print(f"[{kind}] service, poll only: {poll_only}", file=sys.stderr)
-        anchor_result = anchor(db, n, workers, seconds)
-        print(f"[{kind}] anchor: {anchor_result}", file=sys.stderr)
+        anchors = []
+        for r in range(repeats):
+            anchors.append(anchor(db, n, workers, seconds))
+            print(f"{tag} repeat {r + 1}/{repeats} anchor: {anchors[-1]}", file=sys.stderr)
         return {
             "backend": kind,
             "queued_tasks": n,
             "workers": workers,
             "seconds": seconds,
+            "repeats": repeats,
+            "client": client,
             "submit_tasks_per_s": submit_rate,
             "rss_idle_mb": rss_idle,
             "rss_with_queue_mb": rss_loaded,
             "rss_peak_mb": rss_peak,
-            "service": service,
-            "service_poll_only": poll_only,
-            "anchor": anchor_result,
+            "service": median_of(full),
+            "service_poll_only": median_of(poll_only),
+            "anchor": median_of(anchors),
         }
     finally:
         db.drop()
@@ -379,10 +511,18 @@ def main() -> None:
     ap.add_argument("--backends", default="sqlite,postgres")
     ap.add_argument("--tasks", type=int, default=100_000)
     ap.add_argument("--workers", type=int, default=16)
-    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--seconds", type=float, default=20.0, help="length of a poll + complete run")
+    ap.add_argument("--repeats", type=int, default=3, help="timed runs per backend (medians)")
+    ap.add_argument(
+        "--client",
+        choices=sorted(CLIENTS),
+        default="raw",
+        help="the workers' HTTP client: raw (a minimal keep-alive client) or httpx",
+    )
     args = ap.parse_args()
     results = [
-        bench(kind, args.tasks, args.workers, args.seconds) for kind in args.backends.split(",")
+        bench(kind, args.tasks, args.workers, args.seconds, args.repeats, args.client)
+        for kind in args.backends.split(",")
     ]
     payload = {"machine": machine(), "results": results}
     path = write_json("service.json", payload)
