@@ -296,3 +296,51 @@ def test_the_ingestion_flow_loads_the_live_log_without_quarantining_a_record(
     assert counts["quarantine"] == 0, con.execute("SELECT rule, detail FROM quarantine").fetchall()
     assert counts["decisions"] == 4 and counts["completions"] == 3
     con.close()
+
+
+def test_a_restart_takes_back_the_policy_state_of_the_previous_run(
+    tmp_path: Path, now: FakeTime
+) -> None:
+    # Under vtc without predictions a tenant is charged the real duration at completion.
+    # a has used 100 s, b 1 s: b goes next, after a restart too. A restart that lost the
+    # counters would see a tie and serve a's older task.
+    import shutil
+
+    db = tmp_path / "state.db"
+    first = make_scheduler(db, now, policy="vtc")
+    a_ids = submit(first, "a", 3)
+    b_ids = submit(first, "b", 3)
+    for tenant, duration in (("a", 100.0), ("b", 1.0)):
+        grant = poll(first)
+        assert grant.task.tenant == tenant
+        wait(first.complete("w", grant.task.task_id, grant.lease_id, duration))
+    first.stop()
+
+    forgetful = tmp_path / "forgot.db"
+    for suffix in ("", "-wal", "-shm"):
+        if Path(f"{db}{suffix}").exists():
+            shutil.copy(f"{db}{suffix}", f"{forgetful}{suffix}")
+    store = Store(str(forgetful))
+    store.execute("DELETE FROM config WHERE key = 'policy_state'")
+    store.close()
+    control = make_scheduler(forgetful, now, policy="vtc")
+    try:
+        assert poll(control).task.task_id == a_ids[1]
+    finally:
+        control.stop()
+
+    second = make_scheduler(db, now, policy="vtc")
+    try:
+        assert second.counters.policy_state_restores == 1
+        assert second.policy.state() == {"counter": {"a": 100.0, "b": 1.0}, "last_left": None}
+        assert poll(second).task.task_id == b_ids[1]
+        assert "desched_policy_state_restores_total 1" in second.metrics()
+    finally:
+        second.stop()
+
+    # Under another policy the saved state is not applied.
+    third = make_scheduler(db, now, policy="round-robin")
+    try:
+        assert third.counters.policy_state_restores == 0
+    finally:
+        third.stop()

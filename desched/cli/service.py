@@ -85,13 +85,13 @@ def serve(
     )
 
 
-def _fast_io() -> dict[str, str]:
+def _fast_io() -> dict[str, Any]:
     """uvicorn's C HTTP parser and event loop (httptools, uvloop; the service extra installs
     both): a fifth less service CPU per decision than the pure-Python h11 and asyncio
     (BENCHMARKS.md). Without them uvicorn's defaults run."""
     import importlib.util
 
-    fast = {}
+    fast: dict[str, Any] = {}
     if importlib.util.find_spec("httptools") is not None:
         fast["http"] = "httptools"
     if importlib.util.find_spec("uvloop") is not None:

@@ -65,6 +65,18 @@ class Policy(ABC):
     def complete(self, i: int, now: float, duration_s: float) -> None:
         """The completion record of task ``i`` (its real ``duration_s``) arrives at ``now``."""
 
+    def state(self) -> dict[str, Any] | None:
+        """What a restart of the live service should keep besides the queue: the per-tenant
+        state (counters, turns), JSON-able and keyed by tenant name (codes differ between task
+        tables); equal for a fast policy and its naive twin. None for a policy whose
+        decisions depend only on the queued tasks."""
+        return None
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Take back ``state()`` of an earlier instance with the same parameters, after the
+        queued tasks were pushed: from then on it decides as that instance would have over
+        the same queue. Tenants it names that this task table lacks are added to it."""
+
 
 class NaivePolicy(Policy):
     """Reference implementation: a plain list, rescanned on every pop.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import Field
@@ -66,6 +66,22 @@ class IfsCounterNaive(IfsMemorylessNaive):
         k = self.tasks.tenant[i]
         self.service_s[k] = self.decayed_service_s(k, now) + duration_s
         self.service_at_s[k] = now
+
+    def state(self) -> dict[str, Any] | None:
+        """``{"service": {tenant: [S_k, t_k]}}`` for every tenant with a record."""
+        names = self.tasks.tenant_names
+        return {
+            "service": {
+                names[k]: [s, self.service_at_s[k]]
+                for k, s in sorted(self.service_s.items())
+                if (s, self.service_at_s[k]) != (0.0, 0.0)
+            }
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        for name, (s, at) in state["service"].items():
+            k = self.tasks.tenant_code(str(name))
+            self.service_s[k], self.service_at_s[k] = float(s), float(at)
 
     def prepare(self, now: float) -> None:
         super().prepare(now)
@@ -145,6 +161,23 @@ class IfsCounter(IfsMemoryless):
     def push(self, i: int, now: float) -> None:
         self._ensure(self.tasks.tenant[i])
         super().push(i, now)
+
+    def state(self) -> dict[str, Any] | None:
+        """``{"service": {tenant: [S_k, t_k]}}`` for every tenant with a record."""
+        names = self.tasks.tenant_names
+        return {
+            "service": {
+                names[k]: [float(self.service_s[k]), float(self.service_at_s[k])]
+                for k in range(min(len(self.service_s), len(names)))
+                if (self.service_s[k], self.service_at_s[k]) != (0.0, 0.0)
+            }
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        for name, (s, at) in state["service"].items():
+            k = self.tasks.tenant_code(str(name))
+            self._ensure(k)
+            self.service_s[k], self.service_at_s[k] = float(s), float(at)
 
     def pop(self, now: float) -> int:
         q = self.queues

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 from desched.policies.base import NaivePolicy, Policy, PolicyParams, TenantQueues
 from desched.trace import TaskTable
@@ -46,6 +47,19 @@ class RoundRobinNaive(NaivePolicy):
     def taken(self, i: int, now: float) -> None:
         self._restamp(self.tasks.tenant[i])
 
+    def state(self) -> dict[str, Any] | None:
+        names = self.tasks.tenant_names
+        backlogged = {self.tasks.tenant[j] for j in self.queue}
+        return {"ring": [names[k] for k in sorted(backlogged, key=self.stamp.__getitem__)]}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        backlogged = {self.tasks.tenant[j] for j in self.queue}
+        listed = [self.tasks.tenant_code(str(name)) for name in state["ring"]]
+        first = [k for k in listed if k in backlogged]
+        rest = sorted(backlogged - set(first), key=self.stamp.__getitem__)
+        for k in first + rest:
+            self._restamp(k)
+
 
 class RoundRobin(Policy):
     """Round robin across tenants, as Hatchet's ``GROUP_ROUND_ROBIN`` concurrency strategy.
@@ -86,3 +100,17 @@ class RoundRobin(Policy):
             self.ring.append(k)
         self.score = now - self.tasks.submit_s[i]
         return i
+
+    def state(self) -> dict[str, Any] | None:
+        """The ring, front first."""
+        names = self.tasks.tenant_names
+        return {"ring": [names[k] for k in self.ring]}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Backlogged tenants named in the saved ring go first, in its order; the others
+        keep their order behind them."""
+        listed = [self.tasks.tenant_code(str(name)) for name in state["ring"]]
+        present = set(self.ring)
+        first = [k for k in dict.fromkeys(listed) if k in present]
+        chosen = set(first)
+        self.ring = deque(first + [k for k in self.ring if k not in chosen])

@@ -61,6 +61,19 @@ class VirtualCounters:
             k = self.tasks.tenant[i]
             self.counter[k] = self.of(k) + predicted
 
+    def state(self) -> dict[str, Any]:
+        names = self.tasks.tenant_names
+        return {
+            "counter": {names[k]: v for k, v in sorted(self.counter.items())},
+            "last_left": None if self.last_left is None else names[self.last_left],
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        code = self.tasks.tenant_code
+        self.counter = {code(str(name)): float(v) for name, v in state["counter"].items()}
+        last = state["last_left"]
+        self.last_left = None if last is None else code(str(last))
+
     def completed(self, i: int, duration_s: float) -> bool:
         """Task ``i`` finished after ``duration_s``: charge it if it had no prediction.
 
@@ -118,6 +131,12 @@ class VtcNaive(NaivePolicy):
 
     def complete(self, i: int, now: float, duration_s: float) -> None:
         self.counters.completed(i, duration_s)
+
+    def state(self) -> dict[str, Any] | None:
+        return self.counters.state()
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.counters.restore(state)
 
 
 HeapEntry = tuple[Any, ...]
@@ -211,4 +230,14 @@ class Vtc(Policy):
     def complete(self, i: int, now: float, duration_s: float) -> None:
         k = self.tasks.tenant[i]
         if self.counters.completed(i, duration_s) and self.queues.is_backlogged(k):
+            self._enter(k)
+
+    def state(self) -> dict[str, Any] | None:
+        return self.counters.state()
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Counters from ``state``; every backlogged tenant is refiled under its new one."""
+        self.counters.restore(state)
+        self.heap = []
+        for k in self.queues.heaps:
             self._enter(k)

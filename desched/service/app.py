@@ -165,7 +165,8 @@ def load_predictor(registry: Path | None) -> DurationPredictor | None:
 
 
 class Housekeeper(threading.Thread):
-    """Expires leases and picks up policy switches every ``period_s``."""
+    """Expires leases, picks up policy switches and saves the policy's state (at most every
+    ``state_save_s``) every ``period_s``."""
 
     def __init__(self, scheduler: Scheduler, period_s: float) -> None:
         super().__init__(name="desched-housekeeper", daemon=True)
@@ -178,6 +179,7 @@ class Housekeeper(threading.Thread):
             try:
                 self.scheduler.sweep()
                 self.scheduler.refresh_policy()
+                self.scheduler.save_policy_state()
             except Exception:  # keep sweeping; the next round retries
                 logger.exception("housekeeping failed")
 
@@ -197,6 +199,7 @@ def build_scheduler(settings: ServiceSettings) -> Scheduler:
         policy_params=settings.policy_params,
         memory_model=load_memory_model(settings.memory_model),
         max_fit_skips=settings.max_fit_skips,
+        state_save_s=settings.state_save_s,
     )
 
 

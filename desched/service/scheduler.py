@@ -21,6 +21,11 @@ Invariants, each enforced under one lock:
 - Every live task is in exactly one of: queued (in the policy), leased (in ``leases``).
   A lease that passes ``lease_expires_at`` without a heartbeat puts its task back in the
   queue (or dead-letters it after ``max_retries`` retries); so does ``fail``.
+- Per-tenant policy state (VTC's counters, ifs-counter's decayed service, the round-robin
+  ring) is saved in the ``config`` table through the writer, at most every ``state_save_s``
+  and at a clean stop, and taken back when memory is rebuilt under the same policy and
+  parameters (``Policy.state``/``restore``), so a restart does not forgive a flooding
+  tenant. After a crash the state is up to ``state_save_s`` old; a policy switch starts fresh.
 - Time is the injected clock's ``now`` (epoch seconds, never decreasing, not even across a
   restart: it starts no lower than the latest time stored). Policies see only that ``now``.
 
@@ -70,6 +75,7 @@ from desched.policies.base import Policy
 from desched.service.decision_log import DecisionLog
 from desched.service.store import (
     POLICY_KEY,
+    POLICY_STATE_KEY,
     TASK_COLUMNS,
     Role,
     Store,
@@ -199,6 +205,7 @@ class Counters:
     policy_switches: int = 0
     unfit_skips: int = 0
     unfit_polls: int = 0
+    policy_state_restores: int = 0
     latency_sum_s: float = 0.0
     latency_buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_S) + 1))
 
@@ -360,6 +367,7 @@ class Scheduler:
         policy_params: dict[str, str] | None = None,
         memory_model: MemoryPredictor | None = None,
         max_fit_skips: int = 64,
+        state_save_s: float = 5.0,
     ) -> None:
         self.store = store
         self.write_store = (
@@ -374,6 +382,8 @@ class Scheduler:
         self.predictor = predictor
         self.memory_model = memory_model
         self.max_fit_skips = max_fit_skips
+        self.state_save_s = state_save_s
+        self._state_saved: tuple[float, Any] = (-math.inf, None)
         self.lock = threading.Lock()
         self.read_lock = threading.Lock()
         self.writer = Writer(self.write_store, self._recover)
@@ -423,7 +433,13 @@ class Scheduler:
         self.writer.start()
 
     def stop(self) -> None:
-        """Commit what is queued and stop the writer; close both connections (idempotent)."""
+        """Save the policy's state, commit what is queued and stop the writer; close both
+        connections (idempotent)."""
+        if self.writer.is_alive():
+            try:
+                self.save_policy_state(force=True)
+            except Unavailable:
+                pass
         self.writer.stop()
         with self.lock, self.read_lock:
             if self.log is not None:
@@ -441,10 +457,11 @@ class Scheduler:
         for row in rows:
             self._load(row)
         self._install(name, params, config)
+        self._restore_policy_state()
 
     def _recover(self, exc: BaseException) -> None:
         """A batch failed to commit: fail what is queued behind it and rebuild from the
-        database (a stateful policy restarts with fresh per-tenant state)."""
+        database (a stateful policy takes back its last saved state)."""
         logger.error("commit failed, rebuilding state from the database: %s", exc)
         with self.lock:
             self.writer.fail_queued(exc)
@@ -486,6 +503,61 @@ class Scheduler:
         else:
             self.queued.add(i)
             self.backlog[task.tenant] += 1
+
+    # Policy state across restarts ---------------------------------------------------------
+
+    def _policy_identity(self) -> str:
+        name, params, _ = self._policy_spec
+        return json.dumps({"name": name, "params": params}, sort_keys=True, default=str)
+
+    def save_policy_state(self, force: bool = False) -> Pending | None:
+        """Record the policy's per-tenant state (``Policy.state``) in the database, at most
+        once per ``state_save_s`` unless ``force``, and only when it changed; the commit, or
+        None when nothing was written. A restart under the same policy and parameters takes
+        it back (``_restore_policy_state``), so a flooding tenant's counter survives a
+        restart; what changed after the last save (at most ``state_save_s``, or nothing
+        after a clean stop) is lost, which only shifts counters by that much service."""
+        with self.lock:
+            now = self.clock()
+            last_at, last_state = self._state_saved
+            if not force and now - last_at < self.state_save_s:
+                return None
+            state = self.policy.state()
+            self._state_saved = (now, state)
+            if state is None or state == last_state:
+                return None
+            value = json.dumps(
+                {"policy": self._policy_identity(), "saved_at": now, "state": state},
+                sort_keys=True,
+                allow_nan=False,
+            )
+            return self.writer.add(
+                [
+                    Write(
+                        "INSERT INTO config (key, value) VALUES (?, ?) "
+                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                        (POLICY_STATE_KEY, value),
+                    )
+                ]
+            )
+
+    def _restore_policy_state(self) -> None:
+        """Give the freshly built policy the state saved by an earlier run of the same policy
+        with the same parameters; a state that does not apply is ignored with a warning."""
+        with self.read_lock:
+            saved = self.store.get_config(POLICY_STATE_KEY)
+        if saved is None:
+            return
+        try:
+            record = json.loads(saved)
+            if record["policy"] != self._policy_identity():
+                return
+            self.policy.restore(record["state"])
+        except (ValueError, KeyError, TypeError) as exc:
+            logger.warning("saved policy state not restored: %s", exc)
+            return
+        self._state_saved = (self.clock(), record["state"])
+        self.counters.policy_state_restores += 1
 
     def _recorded_policy(self) -> tuple[str, dict[str, Any], str | None]:
         with self.read_lock:
@@ -1021,6 +1093,12 @@ class Scheduler:
                 "counter",
                 "Live policy switches.",
                 c.policy_switches,
+            ),
+            (
+                "desched_policy_state_restores_total",
+                "counter",
+                "Starts and rebuilds that took back the policy state saved by an earlier run.",
+                c.policy_state_restores,
             ),
             (
                 "desched_unfit_skips_total",

@@ -56,6 +56,13 @@ class ServiceSettings(BaseSettings):
         le=60,
         description="period of the housekeeper that expires leases and picks up a policy switch",
     )
+    state_save_s: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description="how often, at most, the live policy's per-tenant state (counters of "
+        "service, round-robin turn) is saved to the database for a restart to take back",
+    )
     predictor_registry: Path | None = Field(
         Path("models"),
         description="model registry whose champion predicts durations at submit; None or a "

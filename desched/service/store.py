@@ -140,6 +140,8 @@ ADDED_COLUMNS = (("predicted_mem_mb", "DOUBLE PRECISION"),)
 """Columns of ``tasks`` added after the first release: ``migrate`` adds them to an old database."""
 _ADVISORY_KEY = 0x64657363  # "desc"
 POLICY_KEY = "policy"
+POLICY_STATE_KEY = "policy_state"
+"""Config row holding the live policy's per-tenant state (``Scheduler.save_policy_state``)."""
 
 
 def _pg_errors() -> tuple[type[Exception], ...]:
