@@ -407,6 +407,7 @@ class Scheduler:
         self.leases: dict[int, LiveTask] = {}
         self.expiry: list[tuple[float, int, str]] = []
         self.backlog: dict[str, int] = {}
+        self.ending: dict[str, str] = {}
         self.next_seq = 0
 
     # Start, recovery and policy --------------------------------------------------------------
@@ -861,8 +862,12 @@ class Scheduler:
         i = self.position.get(task_id)
         task = self.live.get(i) if i is not None else None
         if task is None or task.lease_id is None:
-            with self.read_lock:
-                state = self.store.task_state(task_id)
+            # Memory first: the database lags it by the writes not yet committed.
+            if task is not None:
+                state: str | None = TaskState.QUEUED.value
+            elif (state := self.ending.get(task_id)) is None:
+                with self.read_lock:
+                    state = self.store.task_state(task_id)
             if state is None:
                 raise NotFound(f"no task {task_id!r}")
             raise Conflict(f"task {task_id!r} has no current lease (state {state})")
@@ -915,7 +920,7 @@ class Scheduler:
                     )
                 ]
             )
-            self._forget(i, task)
+            self._forget(i, task, TaskState.DONE, pending)
             self.counters.completed += 1
             self.policy.complete(i, now, duration_s)
             if self.predictor is not None:
@@ -958,7 +963,7 @@ class Scheduler:
             ]
         )
         if dead:
-            self._forget(i, task)
+            self._forget(i, task, TaskState.DEAD, pending)
             self.counters.dead_lettered += 1
         else:
             del self.leases[i]
@@ -973,10 +978,14 @@ class Scheduler:
         self.backlog[tenant] = self.backlog.get(tenant, 0) + 1
         self.policy.push(i, now)
 
-    def _forget(self, i: int, task: LiveTask) -> None:
+    def _forget(self, i: int, task: LiveTask, state: TaskState, pending: Pending) -> None:
+        """Task ``i`` ended in ``state``; until ``pending`` (its write) commits, ``ending``
+        remembers the state the database does not show yet."""
         self.leases.pop(i, None)
         del self.live[i]
         del self.position[task.task_id]
+        self.ending[task.task_id] = state.value
+        pending.add_done_callback(lambda _: self.ending.pop(task.task_id, None))
 
     def _expire(self, now: float) -> int:
         """Requeue (or dead-letter) every task whose lease ended before ``now``."""

@@ -35,6 +35,12 @@ class ServiceSettings(BaseSettings):
         le=100,
         description="failed or expired attempts a task may retry before it is dead-lettered",
     )
+    hot_path: bool = Field(
+        True,
+        description="answer well-formed polls and completions of known workers without "
+        "FastAPI's routing (same checks, same answers, half the CPU); false sends every "
+        "request through the FastAPI routes",
+    )
     max_body_bytes: int = Field(
         1_048_576, ge=1024, description="largest request body accepted; larger gets 413"
     )
