@@ -3,6 +3,9 @@
 For each backend (SQLite file, PostgreSQL on loopback) this script:
 
 1. starts ``desched serve`` (a real subprocess, uvicorn on 127.0.0.1) on a fresh database,
+   once per ``--variants`` entry: ``hot`` is the service as it ships (well-formed polls and
+   completions answered by its hot path), ``fastapi`` the same service with
+   ``DESCHED_HOT_PATH=false`` (every request through the FastAPI routes),
 2. submits ``--tasks`` tasks over HTTP (batches of 1,000) and reads the service's resident
    memory with that queue,
 3. runs ``--workers`` concurrent workers (asyncio, one keep-alive connection each; a
@@ -101,10 +104,11 @@ class Database:
                 conn.execute(f"DROP DATABASE IF EXISTS {self.name} WITH (FORCE)")
 
 
-def start_service(db: str, tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_service(db: str, tmp: Path, hot_path: bool) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {
         **os.environ,
+        "DESCHED_HOT_PATH": "true" if hot_path else "false",
         "DESCHED_DB": db,
         "DESCHED_LEASE_S": "600",
         "DESCHED_LOG_DIR": str(tmp / "logs"),
@@ -434,20 +438,28 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def bench(
-    kind: str, n: int, workers: int, seconds: float, repeats: int, client: str
+    kind: str,
+    n: int,
+    workers: int,
+    seconds: float,
+    repeats: int,
+    client: str,
+    hot_path: bool,
+    with_anchor: bool,
 ) -> dict[str, Any]:
     from desched.service.store import Role, Store
 
+    variant = "hot path" if hot_path else "FastAPI routes only"
     tmp = Path(tempfile.mkdtemp(prefix=f"bench-service-{kind}-"))
     db = Database(kind, tmp)
-    tag = f"[{kind}]"
+    tag = f"[{kind}, {variant}]"
     try:
         store = Store(db.url)
         store.migrate()
         tenant_tokens = [store.add_principal(Role.TENANT, f"tenant{k:02d}") for k in range(16)]
         worker_token = store.add_principal(Role.WORKER, "bench")
         store.close()
-        proc, url = start_service(db.url, tmp)
+        proc, url = start_service(db.url, tmp, hot_path)
         full: list[dict[str, Any]] = []
         poll_only: list[dict[str, Any]] = []
         try:
@@ -484,11 +496,12 @@ def bench(
             proc.terminate()
             proc.wait(timeout=30)
         anchors = []
-        for r in range(repeats):
+        for r in range(repeats if with_anchor else 0):
             anchors.append(anchor(db, n, workers, seconds))
             print(f"{tag} repeat {r + 1}/{repeats} anchor: {anchors[-1]}", file=sys.stderr)
         return {
             "backend": kind,
+            "variant": variant,
             "queued_tasks": n,
             "workers": workers,
             "seconds": seconds,
@@ -500,7 +513,7 @@ def bench(
             "rss_peak_mb": rss_peak,
             "service": median_of(full),
             "service_poll_only": median_of(poll_only),
-            "anchor": median_of(anchors),
+            "anchor": median_of(anchors) if anchors else None,
         }
     finally:
         db.drop()
@@ -519,20 +532,41 @@ def main() -> None:
         default="raw",
         help="the workers' HTTP client: raw (a minimal keep-alive client) or httpx",
     )
+    ap.add_argument(
+        "--variants",
+        default="hot,fastapi",
+        help="service variants, comma-separated: hot (the default service, with its hot path) "
+        "and fastapi (DESCHED_HOT_PATH=false: every request through the FastAPI routes)",
+    )
     args = ap.parse_args()
+    variants = args.variants.split(",")
+    if not set(variants) <= {"hot", "fastapi"}:
+        ap.error(f"--variants: unknown variant in {args.variants!r} (use hot, fastapi)")
     results = [
-        bench(kind, args.tasks, args.workers, args.seconds, args.repeats, args.client)
+        bench(
+            kind,
+            args.tasks,
+            args.workers,
+            args.seconds,
+            args.repeats,
+            args.client,
+            hot_path=variant == "hot",
+            with_anchor=j == 0,
+        )
         for kind in args.backends.split(",")
+        for j, variant in enumerate(variants)
     ]
     payload = {"machine": machine(), "results": results}
     path = write_json("service.json", payload)
     rows = []
     for r in results:
-        for name, x in (
-            ("desched serve: poll + complete", r["service"]),
-            ("desched serve: poll only", r["service_poll_only"]),
-            ("anchor: plain FIFO queue, direct SQL, poll + complete", r["anchor"]),
-        ):
+        measured = [
+            (f"desched serve ({r['variant']}): poll + complete", r["service"]),
+            (f"desched serve ({r['variant']}): poll only", r["service_poll_only"]),
+        ]
+        if r["anchor"] is not None:
+            measured.append(("anchor: plain FIFO queue, direct SQL, poll + complete", r["anchor"]))
+        for name, x in measured:
             served = name.startswith("desched")
             rows.append(
                 [
