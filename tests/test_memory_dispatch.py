@@ -94,6 +94,24 @@ def test_a_gpu_worker_holds_several_leases_within_its_memory(sched: Scheduler) -
     assert poll_while_fits(client, 8, 1000.0, 64.0) != []  # type: ignore[arg-type]
 
 
+def test_a_round_robin_tenant_skipped_for_memory_keeps_its_turn(tmp_path: Path) -> None:
+    s = make_scheduler(tmp_path / "rr.db", FakeTime(), policy="round-robin")
+    try:
+        big = submit(s, "big", [4000.0, 4000.0])
+        (a,) = submit(s, "a", [100.0])
+        (b,) = submit(s, "b", [100.0])
+        # Ring: big, a, b. A 1 GiB worker cannot take big's task; a is served, and big stays
+        # at the front of the ring for the next worker it fits. (Popping big's task and
+        # pushing it back would have sent big behind b.)
+        assert poll(s, 1000.0).task.task_id == a
+        assert s.policy.state() == {"ring": ["big", "b"]}
+        assert poll(s, 8000.0).task.task_id == big[0]
+        assert poll(s, 8000.0).task.task_id == b
+        assert s.counters.unfit_skips == 1
+    finally:
+        s.stop()
+
+
 def test_the_skip_limit_bounds_the_work_of_one_poll(tmp_path: Path) -> None:
     s = make_scheduler(tmp_path / "s.db", FakeTime(), policy="fifo", max_fit_skips=3)
     try:

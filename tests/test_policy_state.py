@@ -135,3 +135,115 @@ def test_a_restart_keeps_the_vtc_counters():
 
     assert restarted(None) == 1  # forgot: a's older task first
     assert restarted(saved) == 5
+
+
+# Memory-aware dispatch: pop_fitting and take ---------------------------------------------
+
+
+class FitDriver(Driver):
+    """``Driver`` with a fourth op: a ``pop_fitting`` that refuses the tasks in ``big``."""
+
+    def __init__(self, tasks: TaskTable, big: frozenset[int], limit: int | None) -> None:
+        super().__init__(tasks)
+        self.big, self.limit = big, limit
+
+    def step(self, policy: Policy, op: int) -> tuple[object, ...] | None:
+        if op == 3 and self.queued:
+            self.now += 0.25
+            before = set(self.queued)
+            i, skipped = policy.pop_fitting(self.now, lambda j: j not in self.big, self.limit)
+            assert len(policy) == len(before) - (i is not None)
+            if i is None:
+                return ("none", skipped)
+            assert i in before and i not in self.big
+            self.queued.remove(i)
+            self.running.append(i)
+            return (i, skipped, policy.score, *policy.parts)
+        return super().step(policy, op)
+
+
+fit_ops = st.lists(st.integers(0, 3), min_size=0, max_size=120)
+
+
+@pytest.mark.parametrize("name", POLICIES)
+@settings(max_examples=80, deadline=None)
+@given(
+    tasks=workloads(),
+    run=fit_ops,
+    big=st.sets(st.integers(0, 39)),
+    limit=st.one_of(st.none(), st.integers(1, 6)),
+)
+def test_pop_fitting_of_a_fast_policy_matches_its_naive_twin(name, tasks, run, big, limit):
+    fast, naive = make_policy(name, tasks), make_policy(name, tasks, naive=True)
+    d_fast = FitDriver(tasks, frozenset(big), limit)
+    d_naive = FitDriver(tasks, frozenset(big), limit)
+    for op in [*run, *[1] * len(tasks)]:
+        assert d_fast.step(fast, op) == d_naive.step(naive, op)
+        assert fast.state() == naive.state()
+
+
+@pytest.mark.parametrize("name", POLICIES)
+@settings(max_examples=80, deadline=None)
+@given(
+    tasks=workloads(),
+    before=ops,
+    after=ops,
+    big=st.sets(st.integers(0, 39)),
+    naive=st.booleans(),
+)
+def test_skipped_candidates_leave_no_trace(name, tasks, before, after, big, naive):
+    # pop_fitting that skipped some candidates leaves the state a plain take of its winner
+    # leaves: same state, same decisions from then on.
+    driver = Driver(tasks)
+    policy = make_policy(name, tasks, naive=naive)
+    for op in before:
+        driver.step(policy, op)
+    if not driver.queued:
+        return
+    twin, twin_driver = copy.deepcopy(policy), copy.deepcopy(driver)
+    now = driver.now + 0.25
+    winner, _ = policy.pop_fitting(now, lambda j: j not in big)
+    if winner is None:
+        assert len(policy) == len(twin)
+        assert sorted(driver.queued) and policy.state() == twin.state()
+    else:
+        twin.take(winner, now)
+        for d in (driver, twin_driver):
+            d.now = now
+            d.queued.remove(winner)
+    assert policy.state() == twin.state()
+    for op in [*after, *[1] * len(tasks)]:
+        assert driver.step(policy, op) == twin_driver.step(twin, op)
+
+
+def test_a_round_robin_tenant_whose_big_task_is_skipped_keeps_its_turn():
+    tasks = make_tasks(T("big", 0, 1), T("big", 0, 1), T("a", 1, 1), T("b", 2, 1))
+    policy = make_policy("round-robin", tasks)
+    for i in range(4):
+        policy.push(i, 2.0)
+    # Ring: big, a, b. A small worker cannot take big's tasks: a is served, big keeps the front.
+    assert policy.pop_fitting(3.0, lambda j: tasks.tenant_names[tasks.tenant[j]] != "big") == (2, 1)
+    assert policy.state() == {"ring": ["big", "b"]}
+    assert [policy.pop(4.0) for _ in range(3)] == [0, 3, 1]
+
+
+def test_a_vtc_tenant_whose_big_task_is_skipped_is_not_charged():
+    tasks = make_tasks(T("big", 0, 8, 8), T("a", 0, 1, 1), T("a", 0, 1, 1))
+    policy = make_policy("vtc", tasks)
+    for i in range(3):
+        policy.push(i, 0.0)
+    assert policy.pop_fitting(1.0, lambda j: j != 0, limit=4) == (1, 1)
+    assert policy.state() == {"counter": {"a": 1.0}, "last_left": None}
+    assert policy.pop(2.0) == 0  # big, never charged, is served first by a worker it fits
+
+
+def test_vtc_pop_fitting_follows_the_pop_sequence_with_its_charges():
+    # Pop sequence from a fresh state: a0 (tie at 0, earlier submit), charging a 5 s, then b0
+    # (b at 0 < a at 5), then a1. With a0 refused the winner is b0, not a1: the refused
+    # candidate's charge orders the sequence even though it is never applied.
+    tasks = make_tasks(T("a", 0, 5, 5), T("a", 0, 5, 5), T("b", 1, 1, 1))
+    policy = make_policy("vtc", tasks)
+    for i in range(3):
+        policy.push(i, 1.0)
+    assert policy.pop_fitting(2.0, lambda j: j != 0) == (2, 1)
+    assert policy.state() == {"counter": {"b": 1.0}, "last_left": "b"}

@@ -7,20 +7,32 @@ the workers; the policy keeps whatever index it needs over the tasks it was give
 
 Every fast policy names its naive twin in ``naive``: a ``NaivePolicy`` that rescans the whole
 queue on every pop and must give the identical decision sequence.
+
+Memory-aware dispatch (the live service) asks for the policy's first choice among the tasks
+that fit a worker: ``pop_fitting(now, fits, limit)``. Its winner is the first task of the
+sequence of successive pops from the current state that ``fits`` accepts (looking at no more
+than ``limit`` that it refuses), and afterwards the state is exactly what ``take(winner)``
+gives from the current state: the skipped tasks stay queued and no per-tenant state moves
+for them (a round-robin tenant keeps its turn, a VTC tenant is not charged). ``score`` and
+``parts`` are those the winner had when it came out of that pop sequence.
 """
 
 from __future__ import annotations
 
+import copy
 import heapq
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from desched.trace import TaskTable
+
+Fits = Callable[[int], bool]
+"""Whether queued task ``i`` may be handed to the polling worker (``pop_fitting``)."""
 
 
 class PolicyParams(BaseModel):
@@ -64,6 +76,45 @@ class Policy(ABC):
 
     def complete(self, i: int, now: float, duration_s: float) -> None:
         """The completion record of task ``i`` (its real ``duration_s``) arrives at ``now``."""
+
+    def take(self, i: int, now: float) -> None:
+        """Dispatch queued task ``i``: remove it and apply the state change a ``pop`` that
+        chose it would apply. This default pops until ``i`` comes out and pushes the others
+        back, which is exact for a policy whose ``pop`` changes nothing but the queued set
+        (every policy here but round-robin and the VTC family, which override it); O(n) in
+        the worst case, for tests and rare paths."""
+        popped: list[int] = []
+        try:
+            while (j := self.pop(now)) != i:
+                popped.append(j)
+        finally:
+            for j in popped:
+                self.push(j, now)
+
+    def pop_fitting(
+        self, now: float, fits: Fits, limit: int | None = None
+    ) -> tuple[int | None, int]:
+        """``(winner, skipped)``: the first task of the pop sequence that ``fits`` accepts, or
+        None after ``limit`` refusals (or an empty queue); see the module docstring. This
+        default pops candidates and pushes the refused ones back, exact for a policy whose
+        ``pop`` changes nothing but the queued set (as ``take``). Cost: one ``pop`` when the
+        first candidate fits; s + 1 pops and s pushes for s skipped."""
+        before = self.score, self.parts
+        skipped: list[int] = []
+        winner = None
+        while len(self) > 0:
+            i = self.pop(now)
+            if fits(i):
+                winner = i
+                break
+            skipped.append(i)
+            if limit is not None and len(skipped) >= limit:
+                break
+        chosen = self.score, self.parts
+        for j in skipped:
+            self.push(j, now)
+        self.score, self.parts = chosen if winner is not None else before
+        return winner, len(skipped)
 
     def state(self) -> dict[str, Any] | None:
         """What a restart of the live service should keep besides the queue: the per-tenant
@@ -116,6 +167,31 @@ class NaivePolicy(Policy):
         self.queue.remove(best)
         self.taken(best, now)
         return best
+
+    def take(self, i: int, now: float) -> None:
+        self.prepare(now)
+        self.score, self.parts = self.explain(i, now)
+        self.queue.remove(i)
+        self.taken(i, now)
+
+    def pop_fitting(
+        self, now: float, fits: Fits, limit: int | None = None
+    ) -> tuple[int | None, int]:
+        """Reference: runs the pop sequence on a copy of this policy, then takes the winner
+        here, so that only the winner's dispatch touches this state."""
+        trial = copy.deepcopy(self, {id(self.tasks): self.tasks})
+        skipped = 0
+        while len(trial) > 0:
+            i = trial.pop(now)
+            if fits(i):
+                self.queue.remove(i)
+                self.taken(i, now)
+                self.score, self.parts = trial.score, trial.parts
+                return i, skipped
+            skipped += 1
+            if limit is not None and skipped >= limit:
+                break
+        return None, skipped
 
     def backlog_of(self) -> dict[int, int]:
         """Queued tasks per tenant code, by a full scan."""
@@ -214,6 +290,39 @@ class TenantQueues:
                 arr[slot] = arr[last]
         self.n = last
         return i
+
+    def remove(self, i: int) -> None:
+        """Remove queued task ``i`` wherever it stands in its tenant's order: O(log m) when it
+        is the head, else O(m) for m queued tasks of the tenant (a scan and a re-heapify; only
+        memory-aware dispatch takes a task that is not a head)."""
+        k = self.tasks.tenant[i]
+        heap = self.heaps[k]
+        if heap[0][-1] == i:
+            self.pop_tenant(k)
+            return
+        j = next(j for j, entry in enumerate(heap) if entry[-1] == i)
+        heap[j] = heap[-1]
+        heap.pop()
+        heapq.heapify(heap)  # the head, the smallest entry, stays where it is
+        self.backlog[self.slot_of[k]] -= 1.0
+        self.size -= 1
+
+    def in_order(self, k: int) -> Iterator[int]:
+        """Backlogged tenant ``k``'s queued tasks in the order it serves them, without removing
+        any: O(r log r) for the first r (a frontier over the heap's tree)."""
+        heap = self.heaps[k]
+        frontier = [(heap[0], 0)]
+        while frontier:
+            entry, j = heapq.heappop(frontier)
+            yield entry[-1]
+            for child in (2 * j + 1, 2 * j + 2):
+                if child < len(heap):
+                    heapq.heappush(frontier, (heap[child], child))
+
+    def count(self, k: int) -> int:
+        """Queued tasks of tenant ``k``."""
+        heap = self.heaps.get(k)
+        return 0 if heap is None else len(heap)
 
     def is_backlogged(self, k: int) -> bool:
         return k in self.slot_of

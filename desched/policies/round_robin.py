@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
-from desched.policies.base import NaivePolicy, Policy, PolicyParams, TenantQueues
+from desched.policies.base import Fits, NaivePolicy, Policy, PolicyParams, TenantQueues
 from desched.trace import TaskTable
 
 
@@ -100,6 +101,44 @@ class RoundRobin(Policy):
             self.ring.append(k)
         self.score = now - self.tasks.submit_s[i]
         return i
+
+    def take(self, i: int, now: float) -> None:
+        """Serve ``i``: its tenant goes to the back of the ring (or leaves it); the tenants
+        ahead of it keep their places. O(K + m) (ring and tenant-queue scans)."""
+        k = self.tasks.tenant[i]
+        self.queues.remove(i)
+        self.ring.remove(k)
+        if self.queues.is_backlogged(k):
+            self.ring.append(k)
+        self.score = now - self.tasks.submit_s[i]
+
+    def pop_fitting(
+        self, now: float, fits: Fits, limit: int | None = None
+    ) -> tuple[int | None, int]:
+        """The pop sequence, walked without popping: the ring's tenants in turn, each
+        offering its next task, a tenant going to the back of a copy of the ring after its
+        offer. Then ``take`` of the winner. One ``pop`` when the front tenant's head fits."""
+        if not self.ring:
+            return None, 0
+        if fits(self.queues.head(self.ring[0])):
+            return self.pop(now), 0
+        ring = deque(self.ring)
+        offers: dict[int, Iterator[int]] = {}
+        left = {k: self.queues.count(k) for k in ring}
+        skipped = 0
+        while ring:
+            k = ring.popleft()
+            i = next(offers.setdefault(k, self.queues.in_order(k)))
+            if fits(i):
+                self.take(i, now)
+                return i, skipped
+            skipped += 1
+            if limit is not None and skipped >= limit:
+                break
+            left[k] -= 1
+            if left[k]:
+                ring.append(k)
+        return None, skipped
 
     def state(self) -> dict[str, Any] | None:
         """The ring, front first."""

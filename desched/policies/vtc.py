@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterator
 from typing import Any
 
-from desched.policies.base import NaivePolicy, Policy, PolicyParams, TenantQueues
+from desched.policies.base import Fits, NaivePolicy, Policy, PolicyParams, TenantQueues
 from desched.trace import TaskTable
 
 _COMPACT_SLACK = 64
@@ -216,6 +217,12 @@ class Vtc(Policy):
         i = q.pop_tenant(k)
         self.score = entry[0]
         self.counters.dispatched(i)
+        self._served(k)
+        return i
+
+    def _served(self, k: int) -> None:
+        """Tenant ``k`` was just served (and charged): refile it, or note that it left."""
+        q = self.queues
         if q.is_backlogged(k):
             self._enter(k)
         else:
@@ -225,7 +232,57 @@ class Vtc(Policy):
             version = self.version
             self.heap = [e for e in self.heap if version[e[-2]] == e[-1]]
             heapq.heapify(self.heap)
-        return i
+
+    def take(self, i: int, now: float) -> None:
+        """Serve ``i`` (any queued task, not only a head): charge and refile its tenant as a
+        pop would. O(log K + m) for m queued tasks of the tenant."""
+        k = self.tasks.tenant[i]
+        self.score = self.counters.of(k)
+        self.queues.remove(i)
+        self.counters.dispatched(i)
+        self._served(k)
+
+    def pop_fitting(
+        self, now: float, fits: Fits, limit: int | None = None
+    ) -> tuple[int | None, int]:
+        """The pop sequence, walked without popping: a heap of the backlogged tenants on
+        copies of their counters, each refused candidate charged to the copy only, each
+        tenant offering its tasks in order. Then ``take`` of the winner. One ``pop`` when
+        the first candidate fits; else O(K) to copy the live entries plus O(log K + log r)
+        per candidate."""
+        top = self._top()
+        if top is None:
+            return None, 0
+        if fits(top[-3]):
+            return self.pop(now), 0
+        version = self.version
+        heap = [e[:-1] for e in self.heap if version[e[-2]] == e[-1]]
+        heapq.heapify(heap)
+        offers: dict[int, Iterator[int]] = {}
+        left: dict[int, int] = {}
+        predicted = self.tasks.predicted_s
+        skipped = 0
+        while heap:
+            entry = heapq.heappop(heap)
+            counter, i, k = entry[0], entry[-2], entry[-1]
+            if k not in offers:
+                offers[k] = self.queues.in_order(k)
+                next(offers[k])  # the head, i
+                left[k] = self.queues.count(k)
+            if fits(i):
+                self.take(i, now)
+                self.score = counter
+                return i, skipped
+            skipped += 1
+            if limit is not None and skipped >= limit:
+                break
+            left[k] -= 1
+            if left[k]:
+                if not math.isnan(predicted[i]):
+                    counter += predicted[i]
+                h = next(offers[k])
+                heapq.heappush(heap, (counter, *self.task_key(h), h, k))
+        return None, skipped
 
     def complete(self, i: int, now: float, duration_s: float) -> None:
         k = self.tasks.tenant[i]

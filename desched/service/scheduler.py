@@ -36,15 +36,14 @@ Memory-aware dispatch (the memory-constrained scheduling that motivates the enri
 workers): every task carries ``predicted_mem_mb``, fixed at submit: the larger of the
 submitted ``mem_mb`` hint and the memory model's prediction (either may be absent; with
 neither it is unknown and the task fits anywhere). A poll that states ``free_mem_mb`` gets
-only a task with ``predicted_mem_mb <= free_mem_mb``: the mechanism pops candidates in the
-policy's order until one fits and pushes the skipped ones back; after ``max_fit_skips``
-candidates that do not fit, the poll gets nothing. Cost: O(s + 1) pops and s pushes for s skipped tasks;
-nothing when the winner fits. The policy contract is unchanged, so every policy gets it, with
-one caveat: a skipped candidate counts for the policy as handed out and re-queued, so a
-policy that moves state on ``pop`` moves it for the skip too (``round-robin`` sends the
-tenant to the back of its ring; ``vtc`` charges a predicted duration, and may lift a tenant
-whose last task was skipped). A worker may hold several leases at once: a GPU worker polls
-again, with what its memory has left, while a task fits.
+only a task with ``predicted_mem_mb <= free_mem_mb``: the policy's ``pop_fitting`` gives the
+first task of its pop sequence that fits, and only that task's dispatch moves the policy's
+state (a skipped round-robin tenant keeps its turn, a skipped VTC tenant is not charged;
+``desched/policies/base.py``); after ``max_fit_skips`` candidates that do not fit, the poll
+gets nothing. Cost: one pop when the first candidate fits; for s skipped, s + 1 pops and s
+pushes (policies whose pop moves only the queue), or a walk of the pop sequence on copies
+of the per-tenant state (round-robin, VTC). A worker may hold several leases at once: a GPU
+worker polls again, with what its memory has left, while a task fits.
 
 Memory: live tasks cost a ``LiveTask`` each and leave memory when they end; the
 ``TaskTable`` (whose positions the policy holds) keeps one row per task submitted since the
@@ -832,29 +831,24 @@ class Scheduler:
             return Grant(task, lease_id, expires, attempt), pending
 
     def _pop_fitting(self, now: float, free_mem_mb: float | None) -> tuple[int, int] | None:
-        """Pop the policy's first candidate that fits in ``free_mem_mb``; push the skipped
-        ones back, in the order they came out. ``(position, skipped)``, or None when none of
-        the first ``max_fit_skips`` candidates fits. Called under the lock, queue not empty.
+        """The policy's first candidate that fits in ``free_mem_mb`` (``Policy.pop_fitting``):
+        ``(position, skipped)``, or None when none of the first ``max_fit_skips`` candidates
+        fits. Called under the lock, queue not empty.
         """
-        policy = self.policy
-        skipped: list[int] = []
-        chosen: int | None = None
-        while len(policy) > 0:
-            i = policy.pop(now)
-            need = self.live[i].predicted_mem_mb
-            if free_mem_mb is None or need is None or need <= free_mem_mb:
-                chosen = i
-                break
-            skipped.append(i)
-            if len(skipped) >= self.max_fit_skips:
-                break
-        for j in skipped:
-            policy.push(j, now)
-        self.counters.unfit_skips += len(skipped)
+        if free_mem_mb is None:
+            return self.policy.pop(now), 0
+        live = self.live
+
+        def fits(i: int) -> bool:
+            need = live[i].predicted_mem_mb
+            return need is None or need <= free_mem_mb
+
+        chosen, skipped = self.policy.pop_fitting(now, fits, self.max_fit_skips)
+        self.counters.unfit_skips += skipped
         if chosen is None:
             self.counters.unfit_polls += 1
             return None
-        return chosen, len(skipped)
+        return chosen, skipped
 
     def _leased(self, worker: str, task_id: str, lease_id: str, now: float) -> tuple[int, LiveTask]:
         """The leased task ``task_id`` if ``worker`` holds its current lease ``lease_id``."""
