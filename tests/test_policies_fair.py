@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from desched.policies import make_policy
+from desched.policies.base import Policy
 from desched.simulator import SimResult, simulate
 from desched.trace import TaskTable
 from tests.builders import T, decision_sequence, make_tasks, workloads
@@ -201,3 +202,57 @@ def test_fast_policy_equals_its_naive_twin_when_some_tasks_lack_a_prediction(
     fast = decision_sequence(tasks, name, workers, naive=False)
     naive = decision_sequence(tasks, name, workers, naive=True)
     assert fast == naive
+
+
+# Memory-aware dispatch: a task skipped because it does not fit moves no per-tenant state.
+
+
+def _pushed(name: str, tasks: TaskTable, now: float) -> Policy:
+    policy = make_policy(name, tasks)
+    for i in range(len(tasks)):
+        policy.push(i, now)
+    return policy
+
+
+def test_a_round_robin_tenant_whose_big_task_is_skipped_keeps_its_turn():
+    tasks = make_tasks(T("big", 0, 1), T("big", 0, 1), T("a", 1, 1), T("b", 2, 1))
+    policy = _pushed("round-robin", tasks, 2.0)
+    # Ring: big, a, b. A small worker cannot take big's tasks: a is served and big keeps the
+    # front (popping its task and pushing it back would have sent big behind b).
+    assert policy.pop_fitting(3.0, lambda j: j not in (0, 1)) == (2, 1)
+    assert policy.score == 2.0  # a's wait
+    assert policy.state() == {"ring": ["big", "b"]}
+    assert [policy.pop(4.0) for _ in range(3)] == [0, 3, 1]
+
+
+def test_a_vtc_tenant_whose_big_task_is_skipped_is_not_charged():
+    tasks = make_tasks(T("big", 0, 8, 8), T("a", 0, 1, 1), T("a", 0, 1, 1))
+    policy = _pushed("vtc", tasks, 0.0)
+    # Counters tie at 0; big's task is older by position, so it is the first candidate.
+    assert policy.pop_fitting(1.0, lambda j: j != 0, limit=4) == (1, 1)
+    assert policy.score == 0.0  # a's counter before the charge
+    assert policy.state() == {"counter": {"a": 1.0}, "last_left": None}
+    # big, never charged (it would be at 8), is served first by a worker it fits.
+    assert [policy.pop(2.0) for _ in range(2)] == [0, 2]
+
+
+def test_vtc_pop_fitting_follows_the_pop_sequence_with_its_charges():
+    # Pop sequence: a0 (tie at 0, earlier position), charging a 5 s; then b0 (b at 0 < a at
+    # 5); then a1. With a0 refused the winner is b0, not a1: the refused candidate's charge
+    # orders the sequence, and is never applied.
+    tasks = make_tasks(T("a", 0, 5, 5), T("a", 0, 5, 5), T("b", 1, 1, 1))
+    policy = _pushed("vtc", tasks, 1.0)
+    assert policy.pop_fitting(2.0, lambda j: j != 0) == (2, 1)
+    assert policy.state() == {"counter": {"b": 1.0}, "last_left": "b"}
+    assert [policy.pop(3.0) for _ in range(2)] == [0, 1]
+
+
+def test_a_poll_that_fits_nothing_moves_no_state():
+    tasks = make_tasks(T("a", 0, 5, 5), T("b", 0, 5, 5))
+    for name in ("round-robin", "vtc", "fair-sjf"):
+        policy = _pushed(name, tasks, 0.0)
+        before = policy.state()
+        assert policy.pop_fitting(1.0, lambda j: False) == (None, 2)
+        assert policy.pop_fitting(1.0, lambda j: False, limit=1) == (None, 1)
+        assert policy.state() == before and math.isnan(policy.score)
+        assert [policy.pop(2.0) for _ in range(2)] == [0, 1]

@@ -274,3 +274,18 @@ def test_the_kinetic_tournament_follows_a_chain_of_crossings_in_simulated_time()
     assert tree.best(math.nextafter(20.0, math.inf))[0] == 3
     tree.delete(3)
     assert tree.best(30.0) == (2, 31.0)
+
+
+def test_ifs_predicted_keeps_its_heap_of_predictions_bounded_when_a_task_is_skipped_on_every_poll():
+    # Memory-aware dispatch pushes refused candidates back. a's short task (the first
+    # candidate of every poll) never fits; its stale entries never reach the top of the
+    # max-heap (b's 10 s tasks stay queued), so only a rebuild drops them.
+    table = make_tasks(T("a", 0, 1, predicted_s=1.0), *[T("b", 0, 1, predicted_s=10.0)] * 600)
+    policy = make_policy("ifs-predicted", table)
+    for i in range(6):
+        policy.push(i, 0.0)
+    for i in range(6, len(table)):
+        assert policy.pop_fitting(1.0, lambda j: j != 0) == (i - 5, 1)
+        policy.push(i, 1.0)
+    assert len(policy.neg_pred) <= 2 * len(policy) + 64  # type: ignore[attr-defined]
+    assert [policy.pop(2.0) for _ in range(len(policy))] == [0, *range(596, 601)]

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
+import math
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from desched.policies import REGISTRY, make_policy
+from desched.policies.base import Policy
 from desched.simulator import simulate
+from desched.trace import TaskTable
 from tests.builders import decision_sequence, workloads
+from tests.test_policy_state import Driver
 
 POLICIES = sorted(REGISTRY)
 
@@ -67,3 +73,157 @@ def test_the_simulation_is_deterministic(name, tasks, workers):
     assert decision_sequence(tasks, name, workers, False) == decision_sequence(
         tasks, name, workers, False
     )
+
+
+# Memory-aware dispatch: take and pop_fitting ----------------------------------------------
+
+FitOp = int | tuple[str, int, int | None] | tuple[str, int]
+"""``Driver``'s ops, plus ``("fit", free, limit)``: a ``pop_fitting`` whose ``fits`` accepts
+the tasks that need at most ``free`` memory, and ``("take", r)``: a ``take`` of the r-th
+queued task (mod their number). Both push instead when the queue is empty."""
+
+_limit = st.one_of(st.none(), st.integers(1, 4))
+_free = st.integers(0, 3)
+fit_ops = st.lists(
+    st.one_of(
+        st.sampled_from([0, 0, 0, 1, 2]),
+        st.sampled_from([0, 0, 0, 1, 2]),
+        st.tuples(st.just("fit"), _free, _limit),
+        st.tuples(st.just("take"), st.integers(0, 39)),
+    ),
+    min_size=10,
+    max_size=150,
+)
+
+
+@st.composite
+def memory_needs(draw: st.DrawFn, tasks: TaskTable) -> list[int]:
+    """Memory each task needs, 0 to 3 units; a poll states 0 to 3 free."""
+    return [draw(st.integers(0, 3)) for _ in range(len(tasks))]
+
+
+class FitDriver(Driver):
+    """``Driver`` that also dispatches with ``pop_fitting`` and ``take``."""
+
+    def __init__(self, tasks: TaskTable, mem: list[int]) -> None:
+        super().__init__(tasks)
+        self.mem = mem
+
+    def fits(self, free: int) -> Callable[[int], bool]:
+        return lambda j: self.mem[j] <= free
+
+    def step(self, policy: Policy, op: FitOp) -> tuple[object, ...] | None:
+        if isinstance(op, int) or not self.queued:
+            return super().step(policy, 0 if isinstance(op, tuple) else op)
+        self.now += 0.25
+        if op[0] == "take":
+            i = sorted(self.queued)[op[1] % len(self.queued)]
+            policy.take(i, self.now)
+            self.dispatched(i)
+            return ("take", i, policy.score, *policy.parts)
+        _, free, limit = op
+        queued = len(self.queued)
+        winner, skipped = policy.pop_fitting(self.now, self.fits(free), limit)
+        if winner is None:
+            assert len(policy) == queued
+            assert skipped == (queued if limit is None else min(queued, limit))
+            return ("none", skipped)
+        assert winner in self.queued and self.mem[winner] <= free
+        assert len(policy) == queued - 1
+        self.dispatched(winner)
+        return ("fit", winner, skipped, policy.score, *policy.parts)
+
+    def dispatched(self, i: int) -> None:
+        self.queued.remove(i)
+        self.running.append(i)
+
+
+def copies(policy: Policy, driver: FitDriver) -> tuple[Policy, FitDriver]:
+    """An independent copy of a policy and its driver (the task table shared)."""
+    return copy.deepcopy((policy, driver), {id(policy.tasks): policy.tasks})
+
+
+def same_float(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+@pytest.mark.parametrize("name", POLICIES)
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), tasks=workloads(), run=fit_ops)
+def test_take_and_pop_fitting_of_a_fast_policy_match_its_naive_twin(name, data, tasks, run):
+    # Winners, skip counts, scores and parts, state, and every later decision.
+    mem = data.draw(memory_needs(tasks))
+    fast, naive = make_policy(name, tasks), make_policy(name, tasks, naive=True)
+    d_fast, d_naive = FitDriver(tasks, mem), FitDriver(tasks, mem)
+    for op in [*run, *[1] * (2 * len(tasks))]:
+        assert d_fast.step(fast, op) == d_naive.step(naive, op)
+        assert fast.state() == naive.state()
+    assert len(fast) == len(naive) == 0
+
+
+@pytest.mark.parametrize("name", POLICIES)
+@settings(max_examples=80, deadline=None)
+@given(
+    data=st.data(), tasks=workloads(), before=fit_ops, free=_free, limit=_limit,
+    after=fit_ops, naive=st.booleans(),
+)
+def test_pop_fitting_takes_the_first_fitting_task_of_the_pop_sequence_and_leaves_no_trace(
+    name, data, tasks, before, free, limit, after, naive
+):
+    # The winner is the first task of the pop sequence (run on a copy) that fits, within
+    # the limit; afterwards the policy is what a take of that winner gives: same score and
+    # parts, same state, same decisions from then on. When nothing fits nothing changes.
+    driver = FitDriver(tasks, data.draw(memory_needs(tasks)))
+    policy = make_policy(name, tasks, naive=naive)
+    for op in before:
+        driver.step(policy, op)
+    now = driver.now = driver.now + 0.25
+    fits = driver.fits(free)
+    trial, _ = copies(policy, driver)
+    sequence = [trial.pop(now) for _ in range(len(trial))]
+    refused = len(list(itertools.takewhile(lambda j: not fits(j), sequence)))
+    if limit is not None and refused >= limit:
+        expected = (None, limit)
+    elif refused == len(sequence):
+        expected = (None, refused)
+    else:
+        expected = (sequence[refused], refused)
+
+    twin, twin_driver = copies(policy, driver)
+    assert policy.pop_fitting(now, fits, limit) == expected
+    winner = expected[0]
+    if winner is not None:
+        twin.take(winner, now)
+        driver.dispatched(winner)
+        twin_driver.dispatched(winner)
+    assert same_float(policy.score, twin.score) and policy.parts == twin.parts
+    assert policy.state() == twin.state() and len(policy) == len(twin)
+    for op in [*after, *[1] * (2 * len(tasks))]:
+        assert driver.step(policy, op) == twin_driver.step(twin, op)
+
+
+@pytest.mark.parametrize("name", POLICIES)
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), tasks=workloads(), before=fit_ops, after=fit_ops, naive=st.booleans())
+def test_pop_is_pop_fitting_that_accepts_everything_and_take_of_its_winner(
+    name, data, tasks, before, after, naive
+):
+    driver = FitDriver(tasks, data.draw(memory_needs(tasks)))
+    policy = make_policy(name, tasks, naive=naive)
+    for op in before:
+        driver.step(policy, op)
+    if not driver.queued:
+        return
+    now = driver.now = driver.now + 0.25
+    runs = [copies(policy, driver) for _ in range(3)]
+    (p_pop, d_pop), (p_fit, d_fit), (p_take, d_take) = runs
+    i = p_pop.pop(now)
+    assert p_fit.pop_fitting(now, lambda j: True) == (i, 0)
+    p_take.take(i, now)
+    for p, d in runs:
+        assert (p.score, p.parts, p.state()) == (p_pop.score, p_pop.parts, p_pop.state())
+        d.dispatched(i)
+    for op in [*after, *[1] * (2 * len(tasks))]:
+        out = d_pop.step(p_pop, op)
+        assert d_fit.step(p_fit, op) == out
+        assert d_take.step(p_take, op) == out

@@ -8,13 +8,15 @@ the workers; the policy keeps whatever index it needs over the tasks it was give
 Every fast policy names its naive twin in ``naive``: a ``NaivePolicy`` that rescans the whole
 queue on every pop and must give the identical decision sequence.
 
-Memory-aware dispatch (the live service) asks for the policy's first choice among the tasks
-that fit a worker: ``pop_fitting(now, fits, limit)``. Its winner is the first task of the
-sequence of successive pops from the current state that ``fits`` accepts (looking at no more
-than ``limit`` that it refuses), and afterwards the state is exactly what ``take(winner)``
-gives from the current state: the skipped tasks stay queued and no per-tenant state moves
-for them (a round-robin tenant keeps its turn, a VTC tenant is not charged). ``score`` and
-``parts`` are those the winner had when it came out of that pop sequence.
+Memory-aware dispatch (the live service) asks for the first choice, in the policy's order,
+among the tasks that fit a worker: ``pop_fitting(now, fits, limit)``. Its winner is the
+first task of the sequence of successive pops from the current state that ``fits`` accepts,
+looking at no more than ``limit`` candidates that ``fits`` refuses. Afterwards the state,
+``score`` and ``parts`` included, is exactly what ``take(winner, now)`` gives from the
+current state: the refused candidates stay queued and no per-tenant state moves for them (a
+round-robin tenant keeps its turn, a VTC tenant is not charged). When nothing fits, nothing
+changes. ``take(i, now)`` dispatches one queued task: the state change of a ``pop`` that
+chose ``i``. ``pop(now)`` is ``pop_fitting`` with a ``fits`` that accepts everything.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import copy
 import heapq
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, ClassVar
 
 import numpy as np
@@ -33,6 +35,22 @@ from desched.trace import TaskTable
 
 Fits = Callable[[int], bool]
 """Whether queued task ``i`` may be handed to the polling worker (``pop_fitting``)."""
+
+
+def first_fitting(
+    candidates: Iterable[int], fits: Fits, limit: int | None
+) -> tuple[int | None, int]:
+    """The first of ``candidates`` that ``fits`` accepts and how many it refused before it,
+    or ``(None, refused)`` after ``limit`` refusals or when the candidates run out. A lazy
+    ``candidates`` learns of a refusal by being asked for the next one."""
+    refused = 0
+    for i in candidates:
+        if fits(i):
+            return i, refused
+        refused += 1
+        if limit is not None and refused >= limit:
+            break
+    return None, refused
 
 
 class PolicyParams(BaseModel):
@@ -55,6 +73,15 @@ class Policy(ABC):
     components: ClassVar[tuple[str, ...]] = ()
     reads: ClassVar[frozenset[str]] = frozenset()
     naive: ClassVar[type[Policy]]
+    requeue_is_exact: ClassVar[bool] = False
+    """True where ``pop`` and ``push`` change nothing but the queued set and a decision
+    depends only on the queued set (not on the order of pushes), ``now`` and state that
+    neither touches: pushing popped tasks back then restores the state exactly, so the
+    default ``pop_fitting`` may pop candidates and push the refused ones back."""
+    score_reads_queue: ClassVar[bool] = True
+    """Whether a task's ``score`` and ``parts`` depend on the other queued tasks (maxima,
+    backlogs); where not, the score a task gets in the pop sequence is the one ``take``
+    gives, and ``pop_fitting_by_requeue`` needs no ``take``."""
 
     def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
         self.tasks = tasks
@@ -78,43 +105,70 @@ class Policy(ABC):
         """The completion record of task ``i`` (its real ``duration_s``) arrives at ``now``."""
 
     def take(self, i: int, now: float) -> None:
-        """Dispatch queued task ``i``: remove it and apply the state change a ``pop`` that
-        chose it would apply. This default pops until ``i`` comes out and pushes the others
-        back, which is exact for a policy whose ``pop`` changes nothing but the queued set
-        (every policy here but round-robin and the VTC family, which override it); O(n) in
-        the worst case, for tests and rare paths."""
-        popped: list[int] = []
-        try:
-            while (j := self.pop(now)) != i:
-                popped.append(j)
-        finally:
-            for j in popped:
-                self.push(j, now)
+        """Dispatch queued task ``i``: remove it and apply exactly the state change a ``pop``
+        that chose ``i`` would apply (charges, ring moves, ``last_left``, ...), and set
+        ``score`` and ``parts`` to those such a pop would log."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement take")
 
     def pop_fitting(
         self, now: float, fits: Fits, limit: int | None = None
     ) -> tuple[int | None, int]:
-        """``(winner, skipped)``: the first task of the pop sequence that ``fits`` accepts, or
-        None after ``limit`` refusals (or an empty queue); see the module docstring. This
-        default pops candidates and pushes the refused ones back, exact for a policy whose
-        ``pop`` changes nothing but the queued set (as ``take``). Cost: one ``pop`` when the
-        first candidate fits; s + 1 pops and s pushes for s skipped."""
-        before = self.score, self.parts
-        skipped: list[int] = []
+        """``(winner, skipped)``: the first task of the pop sequence from the current state
+        that ``fits`` accepts and the number of candidates refused before it, or
+        ``(None, skipped)`` after ``limit`` refusals (``limit`` >= 1; None: no bound) or
+        when the queue runs out. Afterwards the state is what ``take(winner, now)`` gives;
+        when nothing fits it is unchanged (module docstring).
+
+        This default pops and pushes back where ``requeue_is_exact``, and otherwise runs
+        the pops on a deep copy (``pop_fitting_on_copy``), the reference: O(size of the
+        policy) per call. A stateful fast policy overrides it.
+        """
+        if self.requeue_is_exact:
+            return self.pop_fitting_by_requeue(now, fits, limit)
+        return self.pop_fitting_on_copy(now, fits, limit)
+
+    def pop_fitting_on_copy(
+        self, now: float, fits: Fits, limit: int | None = None
+    ) -> tuple[int | None, int]:
+        """``pop_fitting`` by its definition: pops on a deep copy of this policy (the task
+        table shared) until a candidate fits, then ``take`` of that one here. Exact for any
+        policy whose ``take`` is; the naive twins' implementation."""
+        trial = copy.deepcopy(self, {id(self.tasks): self.tasks})
+        winner, skipped = first_fitting((trial.pop(now) for _ in range(len(trial))), fits, limit)
+        if winner is not None:
+            self.take(winner, now)
+        return winner, skipped
+
+    def pop_fitting_by_requeue(
+        self, now: float, fits: Fits, limit: int | None = None
+    ) -> tuple[int | None, int]:
+        """``pop_fitting`` for a policy that declares ``requeue_is_exact``: pops candidates,
+        pushes the refused ones back and, where ``score_reads_queue``, pushes the winner
+        back too and dispatches it with ``take``, so that it logs the score it has among
+        all the queued tasks. Cost: one ``pop`` when the first candidate fits; for s refused,
+        s + 1 pops, s pushes (and one push and one ``take``)."""
+        if len(self) == 0:
+            return None, 0
+        logged = self.score, self.parts
+        i = self.pop(now)
+        if fits(i):
+            return i, 0
+        refused = [i]
         winner = None
-        while len(self) > 0:
+        while len(self) > 0 and (limit is None or len(refused) < limit):
             i = self.pop(now)
             if fits(i):
                 winner = i
                 break
-            skipped.append(i)
-            if limit is not None and len(skipped) >= limit:
-                break
-        chosen = self.score, self.parts
-        for j in skipped:
+            refused.append(i)
+        for j in refused:
             self.push(j, now)
-        self.score, self.parts = chosen if winner is not None else before
-        return winner, len(skipped)
+        if winner is None:
+            self.score, self.parts = logged
+        elif self.score_reads_queue:
+            self.push(winner, now)
+            self.take(winner, now)
+        return winner, len(refused)
 
     def state(self) -> dict[str, Any] | None:
         """What a restart of the live service should keep besides the queue: the per-tenant
@@ -155,7 +209,8 @@ class NaivePolicy(Policy):
 
     @abstractmethod
     def explain(self, i: int, now: float) -> tuple[float, tuple[float, ...]]:
-        """Score and parts of the winner ``i``."""
+        """Score and parts of queued task ``i`` if it were dispatched now (by ``pop`` or
+        ``take``), after ``prepare``."""
 
     def taken(self, i: int, now: float) -> None:
         """Hook after ``i`` left the queue (stateful policies charge here)."""
@@ -173,25 +228,6 @@ class NaivePolicy(Policy):
         self.score, self.parts = self.explain(i, now)
         self.queue.remove(i)
         self.taken(i, now)
-
-    def pop_fitting(
-        self, now: float, fits: Fits, limit: int | None = None
-    ) -> tuple[int | None, int]:
-        """Reference: runs the pop sequence on a copy of this policy, then takes the winner
-        here, so that only the winner's dispatch touches this state."""
-        trial = copy.deepcopy(self, {id(self.tasks): self.tasks})
-        skipped = 0
-        while len(trial) > 0:
-            i = trial.pop(now)
-            if fits(i):
-                self.queue.remove(i)
-                self.taken(i, now)
-                self.score, self.parts = trial.score, trial.parts
-                return i, skipped
-            skipped += 1
-            if limit is not None and skipped >= limit:
-                break
-        return None, skipped
 
     def backlog_of(self) -> dict[int, int]:
         """Queued tasks per tenant code, by a full scan."""

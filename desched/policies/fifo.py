@@ -27,12 +27,16 @@ class Fifo(Policy):
 
     Rule: order of arrival, which is the order of submission (DESIGN.md, Simulation).
     State: none per tenant. Cost: O(log n) per push and pop (a heap, so that a task handed
-    back by the live service regains its place). Score logged: the winner's wait.
+    back by the live service regains its place); ``pop_fitting`` pops and pushes back
+    (O((s + 1) log n) for s refused candidates); ``take`` O(n). Score logged: the winner's
+    wait.
     """
 
     name = "fifo"
     summary = FifoNaive.summary
     naive = FifoNaive
+    requeue_is_exact = True
+    score_reads_queue = False
 
     def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
         super().__init__(tasks, params)
@@ -48,3 +52,9 @@ class Fifo(Policy):
         submit, i = heapq.heappop(self.heap)
         self.score = now - submit
         return i
+
+    def take(self, i: int, now: float) -> None:
+        submit = self.tasks.submit_s[i]
+        self.heap.remove((submit, i))
+        heapq.heapify(self.heap)
+        self.score = now - submit

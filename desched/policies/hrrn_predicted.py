@@ -35,7 +35,9 @@ class HrrnPredicted(Policy):
     passes; a kinetic tournament tree (``KineticTournament``) keeps the winner, repairing
     only the comparisons that may have flipped: O(log n) per push, amortised O(log^2 n) per
     pop, never a scan of the queue, with decisions equal to the naive scan's bit for bit.
-    Score logged: the winner's response ratio; part: its ``predicted_s``.
+    ``pop_fitting`` pops and pushes back (s + 1 pops and s pushes for s refused candidates);
+    ``take`` is a delete, O(log n). Score logged: the winner's response ratio; part: its
+    ``predicted_s``.
     """
 
     name = "hrrn-predicted"
@@ -43,6 +45,8 @@ class HrrnPredicted(Policy):
     components = HrrnPredictedNaive.components
     reads = HrrnPredictedNaive.reads
     naive = HrrnPredictedNaive
+    requeue_is_exact = True
+    score_reads_queue = False
 
     def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
         super().__init__(tasks, params)
@@ -60,3 +64,9 @@ class HrrnPredicted(Policy):
         self.score = ratio
         self.parts = (self.tasks.predicted_s[i],)
         return i
+
+    def take(self, i: int, now: float) -> None:
+        self.tree.delete(i)
+        p = self.tasks.predicted_s[i]
+        self.score = response_ratio(now, self.tasks.submit_s[i], p)
+        self.parts = (p,)

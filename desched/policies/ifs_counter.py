@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import Field
 
-from desched.policies.base import PolicyParams, pick_slot
+from desched.policies.base import PolicyParams
 from desched.policies.ifs_memoryless import IfsMemoryless, IfsMemorylessNaive, IfsParams, norm
 from desched.trace import TaskTable
 
@@ -117,7 +118,8 @@ class IfsCounter(IfsMemoryless):
     ``duration_s``: ``S_k <- S_k(now) + duration_s, t_k <- now``; the live service can keep
     them in the row it writes for that record. Cost: the service term is shared by a
     tenant's tasks, so only each tenant's oldest task can win, as in ``ifs-memoryless``:
-    O(K) vectorised work over the K backlogged tenants per decision, O(1) per completion.
+    O(K) vectorised work over the K backlogged tenants per decision, O(1) per completion;
+    ``pop_fitting`` and ``take`` as ``ifs-memoryless`` (``pop`` leaves the counters alone).
     Source: the Document Enrichment Service's scorer (DESIGN.md) with a decayed usage
     counter in the manner of the Slurm multifactor fair-share factor's half-life decay.
     """
@@ -179,26 +181,20 @@ class IfsCounter(IfsMemoryless):
             self._ensure(k)
             self.service_s[k], self.service_at_s[k] = float(s), float(at)
 
-    def pop(self, now: float) -> int:
+    def terms(self, now: float) -> tuple[np.ndarray, ...]:
         q = self.queues
         n = q.n
-        p = self.params
         norm_backlog, norm_wait = self.ifs_terms(now)
         tenant = q.tenant[:n]
         service = self.service_s[tenant] * np.exp2(
-            -(now - self.service_at_s[tenant]) / p.half_life_s
+            -(now - self.service_at_s[tenant]) / self.params.half_life_s
         )
         max_service = service.max()
         if max_service > 0:
             norm_service = service / max_service
         else:
             norm_service = np.zeros(n)
-        score = p.w_backlog * norm_backlog + p.w_wait * norm_wait - p.w_service * norm_service
-        slot = pick_slot(score, q.head_submit[:n], q.head_pos[:n])
-        self.score = float(score[slot])
-        self.parts = (
-            float(norm_backlog[slot]),
-            float(norm_wait[slot]),
-            float(norm_service[slot]),
-        )
-        return q.pop_tenant(int(tenant[slot]))
+        return norm_backlog, norm_wait, norm_service
+
+    def combine(self, parts: Sequence[Any]) -> Any:
+        return super().combine(parts) - self.params.w_service * parts[2]

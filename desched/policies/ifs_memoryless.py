@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -107,7 +108,9 @@ class IfsMemoryless(Policy):
     State: none that outlives a decision. Cost: within a tenant every task shares the backlog
     term and the oldest task has the largest wait term, so only each backlogged tenant's
     oldest task can win: a decision is O(K) vectorised work over the K backlogged tenants
-    plus O(log m) for the heap, never a scan of the queued tasks.
+    plus O(log m) for the heap, never a scan of the queued tasks. ``pop_fitting`` pops and
+    pushes back: one pop when the first candidate fits; for s refused, s + 1 pops, s + 1
+    pushes and a ``take`` of the winner (which logs its score among all queued tasks).
     """
 
     name = "ifs-memoryless"
@@ -115,6 +118,7 @@ class IfsMemoryless(Policy):
     Params = IfsParams
     components = IfsMemorylessNaive.components
     naive = IfsMemorylessNaive
+    requeue_is_exact = True
     params: IfsParams
 
     def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
@@ -141,11 +145,34 @@ class IfsMemoryless(Policy):
             norm_wait = np.zeros(q.n)
         return norm_backlog, norm_wait
 
+    def terms(self, now: float) -> tuple[np.ndarray, ...]:
+        """The parts (``components``) of each backlogged tenant's oldest task, by slot."""
+        return self.ifs_terms(now)
+
+    def combine(self, parts: Sequence[Any]) -> Any:
+        """The score from the parts (arrays by slot, or one task's floats)."""
+        return self.params.w_backlog * parts[0] + self.params.w_wait * parts[1]
+
     def pop(self, now: float) -> int:
         q = self.queues
-        norm_backlog, norm_wait = self.ifs_terms(now)
-        score = self.params.w_backlog * norm_backlog + self.params.w_wait * norm_wait
+        parts = self.terms(now)
+        score = self.combine(parts)
         slot = pick_slot(score, q.head_submit[: q.n], q.head_pos[: q.n])
         self.score = float(score[slot])
-        self.parts = (float(norm_backlog[slot]), float(norm_wait[slot]))
+        self.parts = tuple([float(x[slot]) for x in parts])
         return q.pop_tenant(int(q.tenant[slot]))
+
+    def take(self, i: int, now: float) -> None:
+        """Score ``i`` as a pop that chose it would, then remove it: O(K) vectorised work as
+        a pop, plus O(m) when ``i`` is not its tenant's oldest task (only the wait term
+        differs from the oldest's)."""
+        q = self.queues
+        k = self.tasks.tenant[i]
+        slot = q.slot_of[k]
+        parts = [float(x[slot]) for x in self.terms(now)]
+        if i != q.head(k):
+            max_wait = now - float(q.head_submit[: q.n].min())
+            parts[1] = norm(now - self.tasks.submit_s[i], max_wait)
+        self.score = float(self.combine(parts))
+        self.parts = tuple(parts)
+        q.remove(i)

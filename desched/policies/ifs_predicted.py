@@ -11,6 +11,8 @@ from desched.policies.base import NaivePolicy, Policy, PolicyParams, TenantQueue
 from desched.policies.ifs_memoryless import norm
 from desched.trace import TaskTable
 
+_COMPACT_SLACK = 64
+
 
 class IfsPredictedParams(PolicyParams):
     w_backlog: float = Field(0.1, ge=0, description="weight of the normalised tenant backlog")
@@ -67,11 +69,15 @@ class IfsPredicted(Policy):
     ``1 - q``, then ``w * x``, then ``c + y``), so within a tenant, which shares the backlog
     term, the score never increases with ``p``: only the head of each tenant by
     ``(predicted_s, submit_s, position)`` can win. A decision is O(K) vectorised work over
-    the K backlogged tenants, O(log n) for ``p_max`` (a max-heap with lazy deletion) and
-    O(log m) for the tenant heap. Rounding can give a larger ``p`` of the same tenant the
-    same score; the next larger distinct ``p`` of the winning tenants (kept per tenant)
-    detects it in O(1), and only then are that tenant's tied tasks visited (all of its tasks
-    when ``w_short`` is 0), so the choice among equal scores is the naive one.
+    the K backlogged tenants, O(log n) for ``p_max`` (a max-heap with lazy deletion, rebuilt
+    when entries of tasks that left outnumber the queued ones: amortised O(1)) and O(log m)
+    for the tenant heap. Rounding can give a larger ``p`` of the same tenant the same score;
+    the next larger distinct ``p`` of the winning tenants (kept per tenant) detects it in
+    O(1), and only then are that tenant's tied tasks visited (all of its tasks when
+    ``w_short`` is 0), so the choice among equal scores is the naive one.
+    ``pop_fitting`` pops and pushes back: one pop when the first candidate fits; for s
+    refused, s + 1 pops, s + 1 pushes and a ``take`` of the winner (which logs its score
+    among all queued tasks).
     """
 
     name = "ifs-predicted"
@@ -80,6 +86,7 @@ class IfsPredicted(Policy):
     components = IfsPredictedNaive.components
     reads = IfsPredictedNaive.reads
     naive = IfsPredictedNaive
+    requeue_is_exact = True
     params: IfsPredictedParams
 
     def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
@@ -105,6 +112,17 @@ class IfsPredicted(Policy):
             heapq.heappush(self.distinct.setdefault(k, []), p)
         counts[p] = c + 1
         heapq.heappush(self.neg_pred, -p)
+        if len(self.neg_pred) > 2 * len(self.queues) + _COMPACT_SLACK:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Rebuild the heap of predictions from the queued tasks' (``count``), dropping the
+        entries of tasks that left: memory-aware dispatch pushes refused candidates back, so
+        without this the heap would grow with every skip. O(n), amortised O(1) per push."""
+        self.neg_pred = [-p for counts in self.count.values() for p, c in counts.items()
+                         for _ in range(c)]
+        heapq.heapify(self.neg_pred)
+        self.left_pred = {}
 
     def p_max(self) -> float:
         """The largest queued ``predicted_s``; drops the heap tops that already left."""
@@ -150,6 +168,21 @@ class IfsPredicted(Policy):
             self._remove_inside(k, slot, i)
         self._forget(k, p)
         return i
+
+    def take(self, i: int, now: float) -> None:
+        """Score ``i`` as a pop that chose it would, then remove it: O(K) for the backlog
+        maximum, O(log n) amortised for ``p_max``, O(log m), or O(m) when ``i`` is not its
+        tenant's head."""
+        q = self.queues
+        k = self.tasks.tenant[i]
+        p = self.tasks.predicted_s[i]
+        slot = q.slot_of[k]
+        nb = float(q.backlog[slot] / q.backlog[: q.n].max())
+        ns = shortness(p, self.p_max())
+        self.score = self.params.w_backlog * nb + self.params.w_short * ns
+        self.parts = (nb, ns)
+        q.remove(i)
+        self._forget(k, p)
 
     def _best_of_tenant(
         self, k: int, slot: int, best: float, nb: float, p_max: float

@@ -6,7 +6,14 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from desched.policies.base import Fits, NaivePolicy, Policy, PolicyParams, TenantQueues
+from desched.policies.base import (
+    Fits,
+    NaivePolicy,
+    Policy,
+    PolicyParams,
+    TenantQueues,
+    first_fitting,
+)
 from desched.trace import TaskTable
 
 
@@ -70,7 +77,8 @@ class RoundRobin(Policy):
     to the back if it still has queued tasks and leaves the ring otherwise. A tenant that
     becomes backlogged again joins at the back. Task sizes are ignored: tenants get equal
     turns, not equal service. State: the ring and one heap of queued tasks per tenant.
-    Cost: O(log m) per push and pop for a tenant with m queued tasks, O(1) for the ring.
+    Cost: O(log m) per push and pop for a tenant with m queued tasks, O(1) for the ring;
+    ``pop_fitting`` walks the ring without moving it and then takes the winner (O(K + m)).
     Score logged: the winner's wait.
     """
 
@@ -122,23 +130,24 @@ class RoundRobin(Policy):
             return None, 0
         if fits(self.queues.head(self.ring[0])):
             return self.pop(now), 0
+        winner, skipped = first_fitting(self._pop_sequence(), fits, limit)
+        if winner is not None:
+            self.take(winner, now)
+        return winner, skipped
+
+    def _pop_sequence(self) -> Iterator[int]:
+        """The tasks successive pops would give, in order, without popping any."""
         ring = deque(self.ring)
         offers: dict[int, Iterator[int]] = {}
         left = {k: self.queues.count(k) for k in ring}
-        skipped = 0
         while ring:
             k = ring.popleft()
-            i = next(offers.setdefault(k, self.queues.in_order(k)))
-            if fits(i):
-                self.take(i, now)
-                return i, skipped
-            skipped += 1
-            if limit is not None and skipped >= limit:
-                break
+            if k not in offers:
+                offers[k] = self.queues.in_order(k)
+            yield next(offers[k])
             left[k] -= 1
             if left[k]:
                 ring.append(k)
-        return None, skipped
 
     def state(self) -> dict[str, Any] | None:
         """The ring, front first."""

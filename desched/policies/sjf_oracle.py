@@ -33,11 +33,14 @@ class ShortestColumnFirst(Policy):
     """Non-preemptive shortest job first on one per-task column of the task table.
 
     Rule: the smallest ``(column, submit_s, position)`` wins. State: none per tenant.
-    Cost: O(log n) per push and pop (one heap). Score logged: the winner's column value.
-    Subclasses set ``column`` and ``reads``.
+    Cost: O(log n) per push and pop (one heap); ``pop_fitting`` pops and pushes back
+    (O((s + 1) log n) for s refused candidates); ``take`` O(n). Score logged: the winner's
+    column value. Subclasses set ``column`` and ``reads``.
     """
 
     column: ClassVar[str]
+    requeue_is_exact = True
+    score_reads_queue = False
 
     def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
         super().__init__(tasks, params)
@@ -54,6 +57,11 @@ class ShortestColumnFirst(Policy):
         value, _, i = heapq.heappop(self.heap)
         self.score = value
         return i
+
+    def take(self, i: int, now: float) -> None:
+        self.heap.remove((self.values[i], self.tasks.submit_s[i], i))
+        heapq.heapify(self.heap)
+        self.score = self.values[i]
 
 
 class SjfOracleNaive(ShortestColumnFirstNaive):

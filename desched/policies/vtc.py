@@ -13,7 +13,14 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from desched.policies.base import Fits, NaivePolicy, Policy, PolicyParams, TenantQueues
+from desched.policies.base import (
+    Fits,
+    NaivePolicy,
+    Policy,
+    PolicyParams,
+    TenantQueues,
+    first_fitting,
+)
 from desched.trace import TaskTable
 
 _COMPACT_SLACK = 64
@@ -155,8 +162,10 @@ class Vtc(Policy):
     head, head position)`` with lazy invalidation (a version per tenant: every counter or
     head change pushes a fresh entry). Cost: O(log K + log m) amortised per push, pop and
     completion for K backlogged tenants and m queued tasks of the tenant; the heap of tenants
-    is rebuilt when stale entries outnumber live ones (amortised O(1)). Score logged: the
-    winner's counter before this decision's charge.
+    is rebuilt when stale entries outnumber live ones (amortised O(1)). ``pop_fitting`` walks
+    the pop sequence without moving any counter and then takes the winner; ``take`` of a
+    task that is not its tenant's head costs O(m). Score logged: the winner's counter before
+    this decision's charge.
     """
 
     name = "vtc"
@@ -246,22 +255,30 @@ class Vtc(Policy):
         self, now: float, fits: Fits, limit: int | None = None
     ) -> tuple[int | None, int]:
         """The pop sequence, walked without popping: a heap of the backlogged tenants on
-        copies of their counters, each refused candidate charged to the copy only, each
-        tenant offering its tasks in order. Then ``take`` of the winner. One ``pop`` when
-        the first candidate fits; else O(K) to copy the live entries plus O(log K + log r)
-        per candidate."""
+        copies of their counters, each refused candidate charged to the copy only (so that
+        the walk orders the later candidates as successive pops would), each tenant
+        offering its tasks in order. Then ``take`` of the winner, which logs its tenant's
+        real counter. One ``pop`` when the first candidate fits; else O(K) to copy the live
+        entries plus O(log K + log r) per candidate for r of a tenant's tasks offered."""
         top = self._top()
         if top is None:
             return None, 0
         if fits(top[-3]):
             return self.pop(now), 0
+        winner, skipped = first_fitting(self._pop_sequence(), fits, limit)
+        if winner is not None:
+            self.take(winner, now)
+        return winner, skipped
+
+    def _pop_sequence(self) -> Iterator[int]:
+        """The tasks successive pops would give, in order, without popping any: each one
+        handed out is charged to a copy of its tenant's counter before the next."""
         version = self.version
         heap = [e[:-1] for e in self.heap if version[e[-2]] == e[-1]]
         heapq.heapify(heap)
         offers: dict[int, Iterator[int]] = {}
         left: dict[int, int] = {}
         predicted = self.tasks.predicted_s
-        skipped = 0
         while heap:
             entry = heapq.heappop(heap)
             counter, i, k = entry[0], entry[-2], entry[-1]
@@ -269,20 +286,13 @@ class Vtc(Policy):
                 offers[k] = self.queues.in_order(k)
                 next(offers[k])  # the head, i
                 left[k] = self.queues.count(k)
-            if fits(i):
-                self.take(i, now)
-                self.score = counter
-                return i, skipped
-            skipped += 1
-            if limit is not None and skipped >= limit:
-                break
+            yield i
             left[k] -= 1
             if left[k]:
                 if not math.isnan(predicted[i]):
                     counter += predicted[i]
                 h = next(offers[k])
                 heapq.heappush(heap, (counter, *self.task_key(h), h, k))
-        return None, skipped
 
     def complete(self, i: int, now: float, duration_s: float) -> None:
         k = self.tasks.tenant[i]

@@ -36,14 +36,17 @@ Memory-aware dispatch (the memory-constrained scheduling that motivates the enri
 workers): every task carries ``predicted_mem_mb``, fixed at submit: the larger of the
 submitted ``mem_mb`` hint and the memory model's prediction (either may be absent; with
 neither it is unknown and the task fits anywhere). A poll that states ``free_mem_mb`` gets
-only a task with ``predicted_mem_mb <= free_mem_mb``: the policy's ``pop_fitting`` gives the
-first task of its pop sequence that fits, and only that task's dispatch moves the policy's
-state (a skipped round-robin tenant keeps its turn, a skipped VTC tenant is not charged;
-``desched/policies/base.py``); after ``max_fit_skips`` candidates that do not fit, the poll
-gets nothing. Cost: one pop when the first candidate fits; for s skipped, s + 1 pops and s
-pushes (policies whose pop moves only the queue), or a walk of the pop sequence on copies
-of the per-tenant state (round-robin, VTC). A worker may hold several leases at once: a GPU
-worker polls again, with what its memory has left, while a task fits.
+only a task with ``predicted_mem_mb <= free_mem_mb``: ``Policy.pop_fitting`` gives the
+first task of the policy's pop sequence that fits, and afterwards the policy, its logged
+score included, is exactly as if only that task had been dispatched (``Policy.take``): a
+skipped task stays queued and no per-tenant state moves for it (a skipped round-robin tenant
+keeps its turn, a skipped VTC tenant is not charged; ``desched/policies/base.py``). After
+``max_fit_skips`` candidates that do not fit, the poll gets nothing and the policy is
+unchanged. Cost: one pop when the first candidate fits (a poll without ``free_mem_mb`` is a
+plain pop); for s skipped, about s + 1 pops and s pushes where a pop moves nothing but the
+queue, and for round-robin and VTC a walk of the pop sequence over copies of their ring or
+counters plus one ``take``. A worker may hold several leases at once: a GPU worker polls
+again, with what its memory has left, while a task fits.
 
 Memory: live tasks cost a ``LiveTask`` each and leave memory when they end; the
 ``TaskTable`` (whose positions the policy holds) keeps one row per task submitted since the
