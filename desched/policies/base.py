@@ -120,21 +120,29 @@ class Policy(ABC):
         when nothing fits it is unchanged (module docstring).
 
         This default pops and pushes back where ``requeue_is_exact``, and otherwise runs
-        the pops on a deep copy (``pop_fitting_on_copy``), the reference: O(size of the
-        policy) per call. A stateful fast policy overrides it.
+        its ``pop_sequence`` (``pop_fitting_by_walk``; by default pops on a deep copy, the
+        reference: O(size of the policy) per call). A stateful fast policy overrides it.
         """
         if self.requeue_is_exact:
             return self.pop_fitting_by_requeue(now, fits, limit)
-        return self.pop_fitting_on_copy(now, fits, limit)
+        return self.pop_fitting_by_walk(now, fits, limit)
 
-    def pop_fitting_on_copy(
+    def pop_sequence(self, now: float) -> Iterator[int]:
+        """The tasks successive pops from the current state would give, in order, leaving
+        this policy untouched. This default pops a deep copy of it (the task table shared),
+        O(size of the policy) to start; round-robin and VTC walk copies of their ring or
+        counters instead."""
+        trial = copy.deepcopy(self, {id(self.tasks): self.tasks})
+        while len(trial) > 0:
+            yield trial.pop(now)
+
+    def pop_fitting_by_walk(
         self, now: float, fits: Fits, limit: int | None = None
     ) -> tuple[int | None, int]:
-        """``pop_fitting`` by its definition: pops on a deep copy of this policy (the task
-        table shared) until a candidate fits, then ``take`` of that one here. Exact for any
-        policy whose ``take`` is; the naive twins' implementation."""
-        trial = copy.deepcopy(self, {id(self.tasks): self.tasks})
-        winner, skipped = first_fitting((trial.pop(now) for _ in range(len(trial))), fits, limit)
+        """``pop_fitting`` by its definition: the first task of ``pop_sequence`` that fits,
+        then ``take`` of it here. Exact for any policy whose ``take`` and ``pop_sequence``
+        are; the naive twins' implementation."""
+        winner, skipped = first_fitting(self.pop_sequence(now), fits, limit)
         if winner is not None:
             self.take(winner, now)
         return winner, skipped

@@ -19,7 +19,6 @@ from desched.policies.base import (
     Policy,
     PolicyParams,
     TenantQueues,
-    first_fitting,
 )
 from desched.trace import TaskTable
 
@@ -265,12 +264,9 @@ class Vtc(Policy):
             return None, 0
         if fits(top[-3]):
             return self.pop(now), 0
-        winner, skipped = first_fitting(self._pop_sequence(), fits, limit)
-        if winner is not None:
-            self.take(winner, now)
-        return winner, skipped
+        return self.pop_fitting_by_walk(now, fits, limit)
 
-    def _pop_sequence(self) -> Iterator[int]:
+    def pop_sequence(self, now: float) -> Iterator[int]:
         """The tasks successive pops would give, in order, without popping any: each one
         handed out is charged to a copy of its tenant's counter before the next."""
         version = self.version
