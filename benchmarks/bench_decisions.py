@@ -10,6 +10,13 @@ of the mean CPU µs per decision (``time.process_time``, robust to a shared mach
 twins rescan the queue on every pop, so they run only up to ``--naive-max`` queued tasks (10k
 by default; at 100k one naive decision takes 10-60 ms).
 
+With ``--memory-polls`` every fast policy is also timed (impl ``fast+fit``) with its ``pop``
+replaced by the memory-aware dispatch of the live service: polls alternate between a small
+worker that refuses every 10th task (by position) and a big worker that takes anything, each
+through ``pop_fitting`` with the service's default limit of 64 skips (a small worker's poll
+that finds nothing is followed by a big worker's). The ``fast`` rows of the same run are
+the anchor.
+
     .venv/bin/python benchmarks/bench_decisions.py            # N = 1k, 10k, 100k
     .venv/bin/python benchmarks/bench_decisions.py --quick    # N = 1k, 10k; short blocks
 """
@@ -21,6 +28,7 @@ import statistics
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +40,11 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.common import machine, markdown_table, write_json
 from desched.policies import REGISTRY, make_policy
+from desched.policies.base import Policy
 from desched.trace import TaskTable
 
 RUNNING = 16
+FIT_LIMIT = 64
 CALIBRATION = 20
 MAX_BLOCK = 20_000
 TARGET_US = 50.0
@@ -57,10 +67,39 @@ def task_table(n: int, tenants: int, seed: int) -> TaskTable:
     )
 
 
+def memory_polls(policy: Policy) -> Callable[[float], int]:
+    """A ``pop`` made of ``pop_fitting`` calls: a small worker refusing every 10th task, then
+    a big worker taking anything, in turn (module docstring)."""
+    turn = [False]
+
+    def small(i: int) -> bool:
+        return i % 10 != 0
+
+    def anything(i: int) -> bool:
+        return True
+
+    def pop(now: float) -> int:
+        turn[0] = not turn[0]
+        winner, _ = policy.pop_fitting(now, small if turn[0] else anything, FIT_LIMIT)
+        if winner is None:
+            winner, _ = policy.pop_fitting(now, anything, FIT_LIMIT)
+        assert winner is not None
+        return winner
+
+    return pop
+
+
 def decision_cost_us(
-    name: str, tasks: TaskTable, queued: int, naive: bool, repeats: int, block_s: float
+    name: str,
+    tasks: TaskTable,
+    queued: int,
+    naive: bool,
+    repeats: int,
+    block_s: float,
+    fit: bool = False,
 ) -> dict[str, Any]:
-    """Median over ``repeats`` blocks of the mean µs per decision at a queue of ``queued``."""
+    """Median over ``repeats`` blocks of the mean µs per decision at a queue of ``queued``;
+    with ``fit``, decisions go through ``memory_polls``."""
     policy = make_policy(name, tasks, naive=naive)
     submit, duration = tasks.submit_s, tasks.duration_s
     for i in range(queued):
@@ -70,7 +109,8 @@ def decision_cost_us(
 
     def decide(count: int) -> float:
         nonlocal nxt
-        pop, push, complete = policy.pop, policy.push, policy.complete
+        pop = memory_polls(policy) if fit else policy.pop
+        push, complete = policy.push, policy.complete
         t0 = time.process_time()
         for _ in range(count):
             now = submit[nxt]
@@ -100,6 +140,11 @@ def main() -> None:
     parser.add_argument("--block-s", type=float, default=0.2, help="seconds per timed block")
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--quick", action="store_true", help="N = 1k, 10k; 3 short blocks")
+    parser.add_argument(
+        "--memory-polls",
+        action="store_true",
+        help="also time every fast policy under memory-aware polls (impl fast+fit)",
+    )
     parser.add_argument("--out", help="file name under benchmarks/out/ (default: decisions.json, "
                         "decisions-quick.json with --quick)")
     args = parser.parse_args()
@@ -114,18 +159,22 @@ def main() -> None:
         for queued in args.queued:
             tasks = task_table(queued + spare, tenants, args.seed)
             for name in args.policies:
-                for naive in (False, True):
+                impls = [("fast", False, False), ("naive", True, False)]
+                if args.memory_polls:
+                    impls.append(("fast+fit", False, True))
+                for impl, naive, fit in impls:
                     if naive and queued > args.naive_max:
                         continue
-                    r = decision_cost_us(name, tasks, queued, naive, args.repeats, args.block_s)
-                    r.update(policy=name, impl="naive" if naive else "fast", queued=queued,
-                             tenants=tenants)
+                    r = decision_cost_us(
+                        name, tasks, queued, naive, args.repeats, args.block_s, fit
+                    )
+                    r.update(policy=name, impl=impl, queued=queued, tenants=tenants)
                     results.append(r)
                     print(f"  {name:<24} {r['impl']:<5} tenants={tenants:<5} queued={queued:<7}"
                           f" {r['us_per_decision']:10.1f} µs", flush=True)
 
     params = {k: getattr(args, k) for k in ("queued", "tenants", "naive_max", "repeats",
-                                            "block_s", "seed", "quick")}
+                                            "block_s", "seed", "quick", "memory_polls")}
     out = args.out or ("decisions-quick.json" if args.quick else "decisions.json")
     path = write_json(out, {
         "machine": info, "params": params, "method": __doc__.split("\n\n")[1],
@@ -137,7 +186,9 @@ def main() -> None:
     columns = [(t, q) for t in args.tenants for q in args.queued]
     rows = []
     for name in args.policies:
-        for impl in ("fast", "naive"):
+        for impl in ("fast", "naive", "fast+fit"):
+            if not any(r["impl"] == impl for r in results):
+                continue
             cells = []
             for t, q in columns:
                 us = cost.get((name, impl, t, q))

@@ -227,3 +227,26 @@ def test_pop_is_pop_fitting_that_accepts_everything_and_take_of_its_winner(
         out = d_pop.step(p_pop, op)
         assert d_fit.step(p_fit, op) == out
         assert d_take.step(p_take, op) == out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(-20, 20), min_size=1, max_size=120).flatmap(
+        lambda xs: st.tuples(st.just(xs), st.integers(0, len(xs) - 1))
+    )
+)
+def test_heap_delete_keeps_a_heap_of_the_other_entries(case):
+    # Reference: delete the entry from the list and heapify again, O(n).
+    import heapq
+
+    from desched.policies.base import heap_delete
+
+    values, j = case
+    heap = [(x, n) for n, x in enumerate(values)]
+    heapq.heapify(heap)
+    reference = heap[:j] + heap[j + 1 :]
+    heapq.heapify(reference)
+    heap_delete(heap, j)
+    assert all(not heap[c] < heap[(c - 1) // 2] for c in range(1, len(heap)))
+    assert sorted(heap) == sorted(reference)
+    assert [heapq.heappop(heap) for _ in range(len(heap))] == sorted(reference)

@@ -337,17 +337,21 @@ class TenantQueues:
 
     def remove(self, i: int) -> None:
         """Remove queued task ``i`` wherever it stands in its tenant's order: O(log m) when it
-        is the head, else O(m) for m queued tasks of the tenant (a scan and a re-heapify; only
-        memory-aware dispatch takes a task that is not a head)."""
+        is the head, else a C-speed scan for its entry (O(m) for m queued tasks of the
+        tenant; only memory-aware dispatch takes a task that is not a head) and O(log m) to
+        restore the heap."""
         k = self.tasks.tenant[i]
         heap = self.heaps[k]
         if heap[0][-1] == i:
             self.pop_tenant(k)
             return
-        j = next(j for j, entry in enumerate(heap) if entry[-1] == i)
-        heap[j] = heap[-1]
-        heap.pop()
-        heapq.heapify(heap)  # the head, the smallest entry, stays where it is
+        try:
+            # task_key reads the task table's own float objects, so the entry compares equal
+            # (by identity) even where a key is NaN.
+            j = heap.index((*self.task_key(i), i))
+        except ValueError:
+            j = next(j for j, entry in enumerate(heap) if entry[-1] == i)
+        heap_delete(heap, j)  # not the head: the head stays where it is
         self.backlog[self.slot_of[k]] -= 1.0
         self.size -= 1
 
@@ -374,6 +378,32 @@ class TenantQueues:
     def head(self, k: int) -> int:
         """Position of the task tenant ``k`` would serve next."""
         return int(self.heaps[k][0][-1])
+
+
+def heap_delete(heap: list[Any], j: int) -> None:
+    """Delete ``heap[j]`` from a ``heapq`` heap in O(log n): the last entry takes its place and
+    moves up or down to where the heap order puts it."""
+    last = heap.pop()
+    if j == len(heap):
+        return
+    heap[j] = last
+    moved = False
+    while j > 0:
+        parent = (j - 1) >> 1
+        if not heap[j] < heap[parent]:
+            break
+        heap[j], heap[parent] = heap[parent], heap[j]
+        j, moved = parent, True
+    if moved:
+        return
+    n = len(heap)
+    while (child := 2 * j + 1) < n:
+        if child + 1 < n and heap[child + 1] < heap[child]:
+            child += 1
+        if not heap[child] < heap[j]:
+            break
+        heap[j], heap[child] = heap[child], heap[j]
+        j = child
 
 
 def pick_slot(score: np.ndarray, head_submit: np.ndarray, head_pos: np.ndarray) -> int:
