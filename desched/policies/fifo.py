@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 
-from desched.policies.base import NaivePolicy, Policy, PolicyParams
+from desched.policies.base import NaivePolicy, Policy, PolicyParams, heap_delete
 from desched.trace import TaskTable
 
 
@@ -55,6 +55,5 @@ class Fifo(Policy):
 
     def take(self, i: int, now: float) -> None:
         submit = self.tasks.submit_s[i]
-        self.heap.remove((submit, i))
-        heapq.heapify(self.heap)
+        heap_delete(self.heap, self.heap.index((submit, i)))
         self.score = now - submit

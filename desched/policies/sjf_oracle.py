@@ -9,7 +9,7 @@ from __future__ import annotations
 import heapq
 from typing import ClassVar
 
-from desched.policies.base import NaivePolicy, Policy, PolicyParams
+from desched.policies.base import NaivePolicy, Policy, PolicyParams, heap_delete
 from desched.trace import TaskTable
 
 
@@ -59,8 +59,7 @@ class ShortestColumnFirst(Policy):
         return i
 
     def take(self, i: int, now: float) -> None:
-        self.heap.remove((self.values[i], self.tasks.submit_s[i], i))
-        heapq.heapify(self.heap)
+        heap_delete(self.heap, self.heap.index((self.values[i], self.tasks.submit_s[i], i)))
         self.score = self.values[i]
 
 

@@ -99,21 +99,11 @@ class BodyLimit:
             if name == b"content-length" and (not value.isdigit() or int(value) > self.max_bytes):
                 await self._refuse(send)
                 return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                await self._refuse(send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        await self.app(scope, replay(b"".join(chunks), receive), send)
+        body = await read_body(receive, self.max_bytes)
+        if body is None:
+            await self._refuse(send)
+            return
+        await self.app(scope, replay(body, receive), send)
 
 
 COMMIT_TIMEOUT_S = 30.0
@@ -229,7 +219,7 @@ class HotPath:
                 authorization = value
             elif name == b"content-type" and content_type is None:
                 content_type = value
-        body = await read_body(receive)
+        body = await read_body(receive) or b""  # unbounded: BodyLimit has bounded it
         response = None
         if content_type == b"application/json":  # FastAPI refuses a body without one
             worker = self._worker(authorization)
@@ -273,14 +263,19 @@ class HotPath:
             return storage_error(exc)
 
 
-async def read_body(receive: Receive) -> bytes:
-    """The whole request body (``BodyLimit`` has already bounded it)."""
+async def read_body(receive: Receive, max_bytes: int | None = None) -> bytes | None:
+    """The whole request body, or None as soon as it grows past ``max_bytes``."""
     chunks: list[bytes] = []
+    size = 0
     while True:
         message = await receive()
         if message["type"] != "http.request":
             break
-        chunks.append(message.get("body", b""))
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if max_bytes is not None and size > max_bytes:
+            return None
+        chunks.append(chunk)
         if not message.get("more_body", False):
             break
     return b"".join(chunks)

@@ -78,6 +78,7 @@ from desched.service.decision_log import DecisionLog
 from desched.service.store import (
     POLICY_KEY,
     POLICY_STATE_KEY,
+    SET_CONFIG,
     TASK_COLUMNS,
     Role,
     Store,
@@ -534,15 +535,7 @@ class Scheduler:
                 sort_keys=True,
                 allow_nan=False,
             )
-            return self.writer.add(
-                [
-                    Write(
-                        "INSERT INTO config (key, value) VALUES (?, ?) "
-                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                        (POLICY_STATE_KEY, value),
-                    )
-                ]
-            )
+            return self.writer.add([Write(SET_CONFIG, (POLICY_STATE_KEY, value))])
 
     def _restore_policy_state(self) -> None:
         """Give the freshly built policy the state saved by an earlier run of the same policy

@@ -140,6 +140,11 @@ ADDED_COLUMNS = (("predicted_mem_mb", "DOUBLE PRECISION"),)
 """Columns of ``tasks`` added after the first release: ``migrate`` adds them to an old database."""
 _ADVISORY_KEY = 0x64657363  # "desc"
 POLICY_KEY = "policy"
+SET_CONFIG = (
+    "INSERT INTO config (key, value) VALUES (?, ?) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+)
+"""Write config row ``(key, value)``, replacing an earlier value."""
 POLICY_STATE_KEY = "policy_state"
 """Config row holding the live policy's per-tenant state (``Scheduler.save_policy_state``)."""
 
@@ -334,11 +339,7 @@ class Store:
         return row[0] if row else None
 
     def set_config(self, key: str, value: str) -> None:
-        self.execute(
-            "INSERT INTO config (key, value) VALUES (?, ?) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (key, value),
-        )
+        self.execute(SET_CONFIG, (key, value))
 
     def set_policy(self, name: str, params: dict[str, Any]) -> None:
         """Record the live policy; a running service switches to it within one sweep."""
