@@ -39,14 +39,13 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.security.utils import get_authorization_scheme_param
 
 from desched.errors import DeschedError
+from desched.models.interfaces import DurationPredictor, MemoryPredictor
 from desched.service import models as m
 from desched.service.decision_log import DecisionLog
 from desched.service.scheduler import (
     Clock,
-    DurationPredictor,
     Forbidden,
     Grant,
-    MemoryPredictor,
     NewTask,
     Pending,
     Scheduler,

@@ -69,9 +69,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
 from desched.errors import DeschedError
+from desched.models.interfaces import DurationPredictor, MemoryPredictor
 from desched.policies import get_policy, make_policy, parse_params
 from desched.policies.base import Policy
 from desched.service.decision_log import DecisionLog
@@ -115,20 +116,6 @@ class Conflict(ServiceError):
 
 class Unavailable(ServiceError):
     status = 503
-
-
-class MemoryPredictor(Protocol):
-    """What the submit path needs of ``desched.enrich.memory_model.MemoryModel``."""
-
-    def predict_mb(self, rows: Sequence[dict[str, Any]]) -> list[float]: ...
-
-
-class DurationPredictor(Protocol):
-    """What the submit path needs of ``desched.predictor.Predictor``."""
-
-    def predict_one(self, task: dict[str, Any]) -> float: ...
-
-    def observe_completion(self, tenant: str, task_type: str, duration_s: float) -> None: ...
 
 
 class Clock:

@@ -6,12 +6,14 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from desched.settings import DeschedSettings
 
 DEFAULT_DB = "data/desched.db"
 
 
-class ServiceSettings(BaseSettings):
+class ServiceSettings(DeschedSettings):
     """Everything ``desched serve`` reads; each field also reads ``DESCHED_<NAME>``."""
 
     model_config = SettingsConfigDict(env_prefix="DESCHED_", extra="forbid", frozen=True)

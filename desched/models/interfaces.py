@@ -1,0 +1,20 @@
+"""What a consumer needs of a loaded model: the read side's contracts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+
+class MemoryPredictor(Protocol):
+    """Predicts a task's peak memory from its submitted columns."""
+
+    def predict_mb(self, rows: Sequence[Mapping[str, Any]]) -> list[float]: ...
+
+
+class DurationPredictor(Protocol):
+    """Predicts one task's duration and learns the tenant history it uses from completions."""
+
+    def predict_one(self, task: Mapping[str, Any]) -> float: ...
+
+    def observe_completion(self, tenant: str, task_type: str, duration_s: float) -> None: ...
