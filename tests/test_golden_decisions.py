@@ -23,10 +23,10 @@ from desched.workloads import generate
 
 GOLDEN = Path(__file__).parent / "golden" / "decisions.json"
 WORKLOADS = {
-    "steady": dict(tasks=3000, tenants=20, workers=8, seed=11),
-    "flood": dict(tasks=3000, tenants=20, workers=8, seed=12),
-    "heavy-tail": dict(tasks=2000, tenants=12, workers=4, seed=13),
-    "many-tenants": dict(tasks=4000, tenants=400, workers=16, seed=14),
+    "steady": {"tasks": 3000, "tenants": 20, "workers": 8, "seed": 11},
+    "flood": {"tasks": 3000, "tenants": 20, "workers": 8, "seed": 12},
+    "heavy-tail": {"tasks": 2000, "tenants": 12, "workers": 4, "seed": 13},
+    "many-tenants": {"tasks": 4000, "tenants": 400, "workers": 16, "seed": 14},
 }
 
 

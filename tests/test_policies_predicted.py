@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from desched.errors import DeschedError
 from desched.policies import make_policy
-from desched.policies.kinetic import KineticTournament, response_ratio
 from desched.simulator import SimResult, simulate
+from desched.structures.kinetic import KineticTournament, response_ratio
 from tests.builders import T, make_tasks
 
 

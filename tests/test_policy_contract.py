@@ -239,7 +239,7 @@ def test_heap_delete_keeps_a_heap_of_the_other_entries(case):
     # Reference: delete the entry from the list and heapify again, O(n).
     import heapq
 
-    from desched.policies.base import heap_delete
+    from desched.structures.heaps import heap_delete
 
     values, j = case
     heap = [(x, n) for n, x in enumerate(values)]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import heapq
 
-from desched.policies.base import NaivePolicy, Policy, PolicyParams, heap_delete
+from desched.policies.base import NaivePolicy, Policy, PolicyParams
+from desched.structures.heaps import heap_delete
 from desched.trace import TaskTable
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from desched.policies.base import NaivePolicy, Policy, PolicyParams
-from desched.policies.kinetic import KineticTournament, response_ratio
+from desched.structures.kinetic import KineticTournament, response_ratio
 from desched.trace import TaskTable
 
 

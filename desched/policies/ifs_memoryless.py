@@ -10,7 +10,8 @@ import numpy as np
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from desched.errors import DeschedError
-from desched.policies.base import NaivePolicy, Policy, PolicyParams, TenantQueues, pick_slot
+from desched.policies.base import NaivePolicy, Policy, PolicyParams
+from desched.structures.tenant_queues import TenantQueues, pick_slot
 from desched.trace import TaskTable
 
 

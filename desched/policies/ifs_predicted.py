@@ -7,8 +7,9 @@ import heapq
 import numpy as np
 from pydantic import Field
 
-from desched.policies.base import NaivePolicy, Policy, PolicyParams, TenantQueues
+from desched.policies.base import NaivePolicy, Policy, PolicyParams
 from desched.policies.ifs_memoryless import norm
+from desched.structures.tenant_queues import TenantQueues
 from desched.trace import TaskTable
 
 _COMPACT_SLACK = 64

@@ -11,8 +11,8 @@ from desched.policies.base import (
     NaivePolicy,
     Policy,
     PolicyParams,
-    TenantQueues,
 )
+from desched.structures.tenant_queues import TenantQueues
 from desched.trace import TaskTable
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import heapq
 from typing import ClassVar
 
-from desched.policies.base import NaivePolicy, Policy, PolicyParams, heap_delete
+from desched.policies.base import NaivePolicy, Policy, PolicyParams
+from desched.structures.heaps import heap_delete
 from desched.trace import TaskTable
 
 
