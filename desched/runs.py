@@ -3,7 +3,7 @@
 A run folder holds ``tasks.parquet`` (the trace plus start, end, worker, wait, response),
 ``decisions.parquet`` (one row per decision), ``decision-log.parquet`` (the decision log:
 decision and completion records in one stream, the format the live service appends and the
-ingestion flow reads) and ``summary.json``.
+ingestion flow reads) and ``summary.json`` (``RunSummary``).
 
 Decision-log records share ``kind`` ("decision" or "completion"), ``seq`` (order in the log),
 ``t`` (when), ``worker``, ``task_id`` and ``tenant``. Decision records add ``policy``,
@@ -17,6 +17,7 @@ apply to a record are null.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ import numpy as np
 import polars as pl
 
 from desched.metrics import RunArrays, summarize
+from desched.records import Record
 from desched.simulator import SimResult
 
 DECISION_COLUMNS = (
@@ -35,6 +37,98 @@ COMPLETION_COLUMNS = (
     "duration_s", "status", "peak_mem_mb",
 )
 LOG_KINDS = ("decision", "completion")
+
+
+class TenantMetrics(Record):
+    """One tenant's figures of a run (``desched.metrics.summarize``)."""
+
+    tasks: int
+    mean_wait_s: float
+    p99_wait_s: float
+    mean_slowdown: float
+    service_s: float
+
+
+class WindowMetrics(Record):
+    """One window of a run: tasks submitted in it, Jain's index over the per-tenant mean
+    slowdown of those tasks (NaN without any), the service lag among the tenants backlogged
+    throughout it and how many those were."""
+
+    start_s: float
+    end_s: float
+    tasks: int
+    jain_slowdown: float
+    service_lag_s: float
+    backlogged_tenants: int
+
+
+class WindowDrift(Record):
+    """Scalar summaries of a run's windows: mean and minimum windowed Jain's index (over
+    windows with submissions) and mean service lag (over windows with at least two tenants
+    backlogged throughout)."""
+
+    window_jain_mean: float
+    window_jain_min: float
+    window_lag_mean_s: float
+
+    @classmethod
+    def of(cls, windows: list[WindowMetrics]) -> WindowDrift:
+        jains = [w.jain_slowdown for w in windows if not math.isnan(w.jain_slowdown)]
+        lags = [w.service_lag_s for w in windows if w.backlogged_tenants >= 2]
+        return cls(
+            window_jain_mean=float(np.mean(jains)) if jains else math.nan,
+            window_jain_min=float(np.min(jains)) if jains else math.nan,
+            window_lag_mean_s=float(np.mean(lags)) if lags else 0.0,
+        )
+
+
+class RunPolicy(Record):
+    """Which policy ran, with which parameters, on how many workers, under which seed."""
+
+    policy: str
+    params: dict[str, Any]
+    workers: int
+    seed: int
+
+
+class RunSpeed(Record):
+    """Decisions per second of wall-clock time (None for a run of no measurable length)."""
+
+    decisions_per_s: float | None = None
+
+
+class RunMetrics(Record):
+    """The metrics of DESIGN.md for a finished run (``desched.metrics.summarize``)."""
+
+    tasks: int
+    mean_wait_s: float
+    p99_wait_s: float
+    mean_response_s: float
+    p50_response_s: float
+    p99_response_s: float
+    mean_slowdown: float
+    mean_bounded_slowdown: float
+    jain_slowdown: float
+    max_service_lag_s: float
+    utilization: float
+    makespan_s: float
+    window_s: float
+    per_tenant: dict[str, TenantMetrics] | None = None
+    windows: list[WindowMetrics]
+
+    def drift(self) -> WindowDrift:
+        """``WindowDrift`` of this run's windows."""
+        return WindowDrift.of(self.windows)
+
+
+class RunSummary(RunMetrics, RunSpeed, RunPolicy):
+    """``summary.json``: the policy, its parameters, the seed, the worker count, the
+    simulator's speed and every metric of ``desched.metrics.summarize``, in that order."""
+
+    def tenants(self) -> dict[str, TenantMetrics]:
+        """``per_tenant``, which a run summary always has."""
+        assert self.per_tenant is not None
+        return self.per_tenant
 
 
 def tasks_frame(trace: pl.DataFrame, result: SimResult) -> pl.DataFrame:
@@ -129,7 +223,7 @@ def write_run(
     params: dict[str, Any],
     seed: int,
     window_s: float | None = None,
-) -> dict[str, Any]:
+) -> RunSummary:
     """Write the run folder and return its summary (also written as ``summary.json``)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -141,8 +235,14 @@ def write_run(
         out / "decision-log.parquet"
     )
     summary = summary_of(tasks, result, params=params, seed=seed, window_s=window_s)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=True) + "\n")
+    (out / "summary.json").write_text(
+        json.dumps(summary.model_dump(), indent=2, allow_nan=True) + "\n")
     return summary
+
+
+def read_summary(run_dir: str | Path) -> RunSummary:
+    """The ``summary.json`` of a run folder."""
+    return RunSummary.model_validate(json.loads(Path(run_dir, "summary.json").read_text()))
 
 
 def summary_of(
@@ -152,9 +252,8 @@ def summary_of(
     params: dict[str, Any],
     seed: int,
     window_s: float | None = None,
-) -> dict[str, Any]:
-    """``summary.json``'s content: the policy, its parameters, the seed, the worker count,
-    the simulator's speed and every metric of ``desched.metrics.summarize``."""
+) -> RunSummary:
+    """``summary.json``'s content (``RunSummary``)."""
     run = RunArrays(
         tenant=tasks["tenant"].to_numpy(),
         submit_s=tasks["submit_s"].to_numpy(),
@@ -163,11 +262,11 @@ def summary_of(
         end_s=tasks["end_s"].to_numpy(),
     )
     metrics = summarize(run, result.workers, window_s)
-    return {
-        "policy": result.policy,
-        "params": params,
-        "workers": result.workers,
-        "seed": seed,
-        "decisions_per_s": (len(result.decisions.task) / result.wall_s) if result.wall_s else None,
+    return RunSummary(
+        policy=result.policy,
+        params=params,
+        workers=result.workers,
+        seed=seed,
+        decisions_per_s=(len(result.decisions.task) / result.wall_s) if result.wall_s else None,
         **metrics,
-    }
+    )

@@ -1,6 +1,6 @@
 """Flow ``evaluate-policies``: policies x traces x seeds, in parallel on a Prefect task runner.
 
-Every cell is one simulation (``desched.evaluate.run_cell``); the cells run on the task runner
+Every cell is one simulation (``desched.bench.evaluate.run_cell``); the cells run on the task runner
 named by ``runner``: ``process`` (the default: the simulator is pure Python, so threads share
 one core), ``thread``, or ``dask`` / ``ray`` through ``prefect-dask`` / ``prefect-ray`` when
 installed (``address`` points at an existing cluster; without it a local one starts), so a
@@ -19,8 +19,8 @@ from typing import Any, Literal
 from prefect import flow, unmapped
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
+from desched.bench.evaluate import EvalCell, cells_of
 from desched.errors import DeschedError
-from desched.evaluate import cells_of
 from tasks.evaluate import aggregate_cells, evaluate_cell, publish_evaluation, write_evaluation
 
 Runner = Literal["process", "thread", "dask", "ray"]
@@ -53,7 +53,7 @@ def task_runner(runner: Runner, max_parallel: int | None = None,
 @flow(name="evaluate-cells")
 def run_cells(
     cells: list[tuple[str, str, int]], workers: int, window_s: float | None
-) -> list[dict[str, Any]]:
+) -> list[EvalCell]:
     """Every cell as one task run on this flow's task runner, results in cell order."""
     futures = evaluate_cell.map(
         trace=[c[0] for c in cells], policy=[c[1] for c in cells], seed=[c[2] for c in cells],
@@ -75,7 +75,7 @@ def evaluate_policies(
     window_s: float | None = None,
     out: str | None = None,
 ) -> dict[str, Any]:
-    """Run every policy spec on every trace spec and seed (``desched.evaluate``), aggregate
+    """Run every policy spec on every trace spec and seed (``desched.bench.evaluate``), aggregate
     over seeds (mean, 95 % t-interval, per-window drift, paired difference from
     ``baseline`` when it is among the policies), write ``out`` (default
     ``data/evaluations/<UTC time>``) and publish the table. Returns ``out`` and the rows."""

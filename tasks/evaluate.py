@@ -1,4 +1,4 @@
-"""Prefect tasks of policy evaluation: thin wrappers around ``desched.evaluate``.
+"""Prefect tasks of policy evaluation: thin wrappers around ``desched.bench.evaluate``.
 
 A cell is pure and cheap to retry; results are not cached (a trace file behind a spec may
 change), and the tasks that take whole summaries skip input hashing.
@@ -12,26 +12,27 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
 
-from desched import evaluate
+from desched.bench import evaluate
+from desched.bench.evaluate import EvalCell, EvalRow
 
 
 @task(name="evaluate-cell", retries=1, cache_policy=NONE, tags=["simulation"])
 def evaluate_cell(
     trace: str, policy: str, seed: int, workers: int, window_s: float | None = None
-) -> dict[str, Any]:
-    """One (trace, policy, seed) simulation and its summary (``desched.evaluate.run_cell``)."""
+) -> EvalCell:
+    """One (trace, policy, seed) simulation and its summary (``desched.bench.evaluate.run_cell``)."""
     return evaluate.run_cell(trace, policy, seed, workers, window_s)
 
 
 @task(cache_policy=NONE)
-def aggregate_cells(cells: list[dict[str, Any]], baseline: str | None) -> list[dict[str, Any]]:
+def aggregate_cells(cells: list[EvalCell], baseline: str | None) -> list[EvalRow]:
     """Means with 95 % intervals over seeds, drift series, paired differences from baseline."""
     return evaluate.aggregate(cells, baseline)
 
 
 @task(retries=2, retry_delay_seconds=2, cache_policy=NONE)
 def write_evaluation(
-    out: str, settings: dict[str, Any], rows: list[dict[str, Any]], cells: list[dict[str, Any]]
+    out: str, settings: dict[str, Any], rows: list[EvalRow], cells: list[EvalCell]
 ) -> dict[str, str]:
     """``evaluation.json``, ``table.parquet``, ``drift.parquet`` (``write_evaluation``)."""
     paths = evaluate.write_evaluation(out, settings, rows, cells)
@@ -39,7 +40,7 @@ def write_evaluation(
 
 
 @task(cache_policy=NONE)
-def publish_evaluation(rows: list[dict[str, Any]], out: str | None) -> None:
+def publish_evaluation(rows: list[EvalRow], out: str | None) -> None:
     """A table artifact (means and interval bounds) and a markdown artifact (mean ± half)."""
     table = [
         {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()

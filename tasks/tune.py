@@ -1,4 +1,4 @@
-"""Prefect tasks of weight tuning: thin wrappers around ``desched.tuning``.
+"""Prefect tasks of weight tuning: thin wrappers around ``desched.bench.tuning``.
 
 Cells (trace frames) and learner results (a torch agent) travel in memory between tasks of
 one flow run, so these tasks skip input hashing and caching.
@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
-from typing import Any
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
 
-from desched import tuning
-from desched.tuning import Cell, LearnerResult, TuneSettings
+from desched.bench import tuning
+from desched.bench.learning import Cell, LearnerResult
+from desched.bench.tuning import Judgement, TuneSettings
+from desched.bench.weights import WeightsCard
 
 
 @task(cache_policy=NONE, tags=["simulation"])
@@ -31,17 +32,17 @@ def learn_weights(settings: TuneSettings, train: list[Cell]) -> LearnerResult:
 
 @task(cache_policy=NONE, tags=["simulation"])
 def judge_heldout(settings: TuneSettings, learned: LearnerResult,
-                  heldout: list[Cell]) -> dict[str, Any]:
-    """The learned weights (and agent) against 0.1 / 0.9 on traces never trained on."""
-    return tuning.judge(heldout, tuning.candidates_of(learned), settings.workers,
-                        settings.objective, settings.windows)
+                  heldout: list[Cell]) -> Judgement:
+    """The learned weights (and agent) against the reference on traces never trained on."""
+    return tuning.judge(heldout, tuning.candidates_of(learned, settings.reference),
+                        settings.workers, settings.objective, settings.windows)
 
 
 @task(retries=2, retry_delay_seconds=2, cache_policy=NONE)
 def save_weights(
     out: str, settings: TuneSettings, learned: LearnerResult, train: list[Cell],
-    heldout: list[Cell], verdict: dict[str, Any], command: str | None,
-) -> dict[str, Any]:
+    heldout: list[Cell], verdict: Judgement, command: str | None,
+) -> WeightsCard:
     """Write the weights folder (card.json, card.md, learning-curve.png, agent.pt)."""
     card = tuning.make_card(Path(out).name, settings, learned, train, heldout, verdict, command)
     tuning.save(out, card, learned)
@@ -49,7 +50,7 @@ def save_weights(
 
 
 @task(cache_policy=NONE)
-def publish_tuning(card: dict[str, Any], out: str) -> None:
+def publish_tuning(card: WeightsCard, out: str) -> None:
     """The verdict (markdown, with the learning curve embedded) and two tables: the learning
     curve and the held-out results per workload."""
     png = Path(out) / "learning-curve.png"
@@ -59,17 +60,18 @@ def publish_tuning(card: dict[str, Any], out: str) -> None:
         image = f"\n![learning curve](data:image/png;base64,{data})\n"
     create_markdown_artifact(markdown=tuning.verdict_markdown(card) + image,
                              key="tune-weights-verdict",
-                             description=f"Held-out verdict of {card['name']}")
+                             description=f"Held-out verdict of {card.name}")
     create_table_artifact(table=[{k: (round(v, 5) if isinstance(v, float) else v)
-                                  for k, v in p.items()} for p in card["learning_curve"]],
+                                  for k, v in p.model_dump().items()}
+                                 for p in card.learning_curve],
                           key="tune-weights-learning-curve",
                           description="Objective J on the training traces per trial/iteration")
     rows = []
-    for workload, per in card["heldout"]["by_workload"].items():
+    for workload, per in card.heldout.by_workload.items():
         for label, s in per.items():
-            rows.append({"workload": workload, "candidate": label, "seeds": len(s["seeds"]),
-                         "J": s["J"]["mean"], "J_lo": s["J"]["lo"], "J_hi": s["J"]["hi"],
-                         "d_bsld_pct": s["d_bsld_pct"]["mean"], "d_jain": s["d_jain"]["mean"],
-                         "verdict": s["verdict"]})
+            rows.append({"workload": workload, "candidate": label, "seeds": len(s.seeds),
+                         "J": s.J.mean, "J_lo": s.J.lo, "J_hi": s.J.hi,
+                         "d_bsld_pct": s.d_bsld_pct.mean, "d_jain": s.d_jain.mean,
+                         "verdict": s.verdict})
     create_table_artifact(table=rows, key="tune-weights-heldout",
-                          description="Held-out J (today's 0.1/0.9 = 1) per workload")
+                          description="Held-out J (the reference = 1) per workload")

@@ -9,15 +9,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from desched.bench.report.build import gap_closed_pct, pareto_flags
+from desched.bench.report.numbers import numbers_in_markdown, unmatched_numbers
+from desched.bench.report.records import Report
+from desched.bench.roles import predictive_policies, q1_family
 from desched.cli import cli
-from desched.report import (
-    Q1_POLICIES,
-    Q3_FOCUS,
-    gap_closed_pct,
-    numbers_in_markdown,
-    pareto_flags,
-    unmatched_numbers,
-)
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +47,7 @@ def test_q1_has_the_gap_the_counter_closes_and_its_cost_for_every_workload(
     q1 = quick_report["json"]["q1"]["workloads"]
     assert set(q1) == {"flood", "steady", "lanl", "atlas"}
     for w, block in q1.items():
-        assert set(block["policies"]) == set(Q1_POLICIES)
+        assert set(block["policies"]) == set(q1_family("ifs-memoryless"))
         for row in block["policies"].values():
             for key in ("mean_response_s", "max_service_lag_s", "window_jain_min",
                         "jain_slowdown", "small_tenants_mean_wait_s"):
@@ -89,11 +85,11 @@ def test_q3_scores_the_predictor_against_its_baselines_and_every_policy_on_unsee
                                      "tenant_last2_mean"}
         assert p["train_rows"] > 0 and p["heldout_rows"] > 0
         assert 0 < p["latency_us"]["p50"] <= p["latency_us"]["p99"]
-        for policy in ("ifs-memoryless", "sjf-oracle", *Q3_FOCUS):
+        for policy in ("ifs-memoryless", "sjf-oracle", *predictive_policies()):
             row = block["policies"][policy]
             assert row["mean_response_s"] > 0 and row["p99_response_s"] > 0
             assert 0 < row["jain_slowdown"] <= 1
-        assert set(block["tenants"]) == set(Q3_FOCUS)
+        assert set(block["tenants"]) == set(predictive_policies())
         # the clairvoyant bound: no runnable SJF variant has a lower mean response
         oracle = block["policies"]["sjf-oracle"]["mean_response_s"]
         assert block["policies"]["sjf-predicted"]["mean_response_s"] >= oracle * 0.999
@@ -115,6 +111,13 @@ def test_every_number_the_report_states_is_in_report_json(quick_report: dict[str
     md = quick_report["md"]
     assert len(numbers_in_markdown(md)) > 200
     assert unmatched_numbers(md, quick_report["json"]) == []
+
+
+def test_report_json_reads_back_as_the_typed_report_it_was_written_from(
+    quick_report: dict[str, Any],
+) -> None:
+    report = Report.from_json(quick_report["json"])
+    assert json.dumps(report.to_json()) == json.dumps(quick_report["json"])
 
 
 def test_a_number_absent_from_the_json_is_caught() -> None:

@@ -12,18 +12,18 @@ import pytest
 from click.testing import CliRunner
 from scipy import stats
 
-from desched.cli import cli
-from desched.errors import DeschedError
-from desched.evaluate import (
-    PolicySpec,
-    TraceSpec,
+from desched.bench.evaluate import (
+    EvalCell,
     aggregate,
     cells_of,
     mean_ci,
-    parse_seeds,
+    read_evaluation,
     run_cell,
     run_cells,
 )
+from desched.bench.specs import PolicySpec, TraceSpec, parse_seeds
+from desched.cli import cli
+from desched.errors import DeschedError
 from desched.trace import write_trace
 from desched.workloads import generate
 
@@ -36,55 +36,57 @@ def test_the_interval_of_values_with_a_known_spread_has_the_t_formula_half_width
         values = [(-1.0) ** i for i in range(n)]
         ci = mean_ci(values)
         expected = stats.t.ppf(0.975, n - 1) * math.sqrt(n / (n - 1)) / math.sqrt(n)
-        assert ci["mean"] == pytest.approx(0.0, abs=1e-12)
-        assert ci["half"] == pytest.approx(expected)
-        assert ci["lo"] == pytest.approx(-expected) and ci["n"] == n
+        assert ci.mean == pytest.approx(0.0, abs=1e-12)
+        assert ci.half == pytest.approx(expected)
+        assert ci.lo == pytest.approx(-expected) and ci.n == n
 
 
 def test_the_interval_shrinks_as_seeds_are_added_and_covers_the_mean_about_95_percent() -> None:
     rng = np.random.default_rng(7)
-    halves = [mean_ci(rng.normal(3.0, 2.0, n))["half"] for n in (5, 20, 80)]
+    halves = [mean_ci(rng.normal(3.0, 2.0, n)).half for n in (5, 20, 80)]
     assert halves[0] > halves[1] > halves[2]
     covered = sum(
-        ci["lo"] <= 3.0 <= ci["hi"]
+        ci.lo <= 3.0 <= ci.hi
         for ci in (mean_ci(rng.normal(3.0, 2.0, 5)) for _ in range(2000))
     )
     assert 0.93 <= covered / 2000 <= 0.97
 
 
 def test_one_value_has_no_interval_and_equal_values_a_zero_one() -> None:
-    assert math.isnan(mean_ci([4.0])["half"]) and mean_ci([4.0])["mean"] == 4.0
-    assert mean_ci([2.0, 2.0, 2.0])["half"] == 0.0
-    assert mean_ci([math.nan, 1.0, 3.0])["n"] == 2
+    assert math.isnan(mean_ci([4.0]).half) and mean_ci([4.0]).mean == 4.0
+    assert mean_ci([2.0, 2.0, 2.0]).half == 0.0
+    assert mean_ci([math.nan, 1.0, 3.0]).n == 2
 
 
 def test_a_cell_has_the_whole_run_metrics_and_a_series_of_windows() -> None:
     cell = run_cell(SMALL, "ifs-memoryless", seed=0, workers=3)
-    assert cell["tasks"] == 240 and cell["trace_name"] == "flood"
-    assert cell["params"] == {"w_backlog": 0.1, "w_wait": 0.9}
-    assert len(cell["windows"]) >= 20
-    for w in cell["windows"]:
-        assert {"start_s", "end_s", "jain_slowdown", "service_lag_s"} <= set(w)
-    assert cell["window_jain_min"] <= cell["window_jain_mean"] <= 1.0
-    assert cell["max_service_lag_s"] >= cell["window_lag_mean_s"] >= 0.0
+    assert cell.tasks == 240 and cell.trace_name == "flood"
+    assert cell.params == {"w_backlog": 0.1, "w_wait": 0.9}
+    assert len(cell.windows) >= 20
+    for w in cell.windows:
+        assert {"start_s", "end_s", "jain_slowdown", "service_lag_s"} <= set(w.model_dump())
+    assert cell.window_jain_min <= cell.window_jain_mean <= 1.0
+    assert cell.max_service_lag_s >= cell.window_lag_mean_s >= 0.0
+    assert "per_tenant" not in cell.model_dump() and "decisions_per_s" not in cell.model_dump()
 
 
 def test_aggregate_gives_a_row_per_trace_and_policy_with_intervals_and_a_drift_series() -> None:
     cells = run_cells(cells_of([SMALL], ["ifs-memoryless", "fifo"], [0, 1, 2]), workers=3)
     rows = aggregate(cells, baseline="ifs-memoryless")
-    assert [(r["trace"], r["policy"]) for r in rows] == [(SMALL, "ifs-memoryless"), (SMALL, "fifo")]
+    assert [(r.trace, r.policy) for r in rows] == [(SMALL, "ifs-memoryless"), (SMALL, "fifo")]
     base, fifo = rows
-    assert base["seeds"] == [0, 1, 2]
-    bsld = [c["mean_bounded_slowdown"] for c in cells if c["policy_spec"] == "fifo"]
-    assert fifo["metrics"]["mean_bounded_slowdown"]["mean"] == pytest.approx(np.mean(bsld))
-    assert fifo["metrics"]["mean_bounded_slowdown"]["n"] == 3
-    assert base["vs_baseline"]["mean_wait_s"]["mean"] == 0.0
-    paired = np.mean([a["mean_wait_s"] - b["mean_wait_s"] for a, b in zip(cells[3:], cells[:3])])
-    assert fifo["vs_baseline"]["mean_wait_s"]["mean"] == pytest.approx(paired)
-    series = base["windows"]
-    assert len(series) >= 20 and series[0]["window"] == 0
-    assert series[0]["jain_slowdown"]["n"] == 3
-    assert all(s["start_s"] >= 0 for s in series)
+    assert base.seeds == [0, 1, 2]
+    bsld = [c.mean_bounded_slowdown for c in cells if c.policy_spec == "fifo"]
+    assert fifo.metrics["mean_bounded_slowdown"].mean == pytest.approx(np.mean(bsld))
+    assert fifo.metrics["mean_bounded_slowdown"].n == 3
+    assert base.vs_baseline is not None and fifo.vs_baseline is not None
+    assert base.vs_baseline["mean_wait_s"].mean == 0.0
+    paired = np.mean([a.mean_wait_s - b.mean_wait_s for a, b in zip(cells[3:], cells[:3])])
+    assert fifo.vs_baseline["mean_wait_s"].mean == pytest.approx(paired)
+    series = base.windows
+    assert len(series) >= 20 and series[0].window == 0
+    assert series[0].jain_slowdown.n == 3
+    assert all(s.start_s >= 0 for s in series)
 
 
 def test_scenario_seeds_regenerate_the_workload() -> None:
@@ -162,6 +164,8 @@ def test_the_evaluate_command_writes_the_table_the_drift_series_and_the_cells(
     assert {"window", "jain_slowdown_mean", "service_lag_s_hi"} <= set(drift.columns)
     saved = json.loads((out / "evaluation.json").read_text())
     assert len(saved["cells"]) == 4 and len(saved["rows"]) == 2
+    assert json.dumps(read_evaluation(out).model_dump()) == json.dumps(saved)  # same keys, order
+    assert all(isinstance(c, EvalCell) for c in read_evaluation(out).cells)
 
 
 def test_the_evaluate_flow_runs_every_cell_on_the_task_runner_and_writes_its_files(
@@ -173,9 +177,9 @@ def test_the_evaluate_flow_runs_every_cell_on_the_task_runner_and_writes_its_fil
         traces=[SMALL], policies=["ifs-memoryless", "fifo"], seeds=[0, 1], workers=3,
         runner="thread", out=str(tmp_path / "flow"),
     )
-    assert [r["policy"] for r in result["rows"]] == ["ifs-memoryless", "fifo"]
-    assert result["rows"][1]["metrics"]["jain_slowdown"]["n"] == 2
-    assert "vs_baseline" in result["rows"][1]
+    assert [r.policy for r in result["rows"]] == ["ifs-memoryless", "fifo"]
+    assert result["rows"][1].metrics["jain_slowdown"].n == 2
+    assert result["rows"][1].vs_baseline is not None
     assert Path(result["files"]["drift"]).is_file()
 
 
@@ -194,7 +198,7 @@ def test_an_absent_cluster_integration_is_a_one_line_error() -> None:
 
 def test_cells_run_on_spawned_processes_equal_the_cells_run_in_this_one() -> None:
     cells = cells_of([SMALL], ["ifs-memoryless", "fifo"], [0, 1])
-    def as_text(results: list[dict[str, object]]) -> str:  # NaN != NaN, but not as text
-        return json.dumps(results, sort_keys=True)
+    def as_text(results: list[EvalCell]) -> str:  # NaN != NaN, but not as text
+        return json.dumps([r.model_dump() for r in results], sort_keys=True)
 
     assert as_text(run_cells(cells, workers=3, jobs=2)) == as_text(run_cells(cells, workers=3))

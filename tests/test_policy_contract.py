@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 
 from desched.policies import REGISTRY, make_policy
 from desched.policies.base import Policy
+from desched.policies.learnable import learnable_keys
 from desched.simulator import simulate
 from desched.trace import TaskTable
+from desched.workloads import generate
 from tests.builders import decision_sequence, workloads
 from tests.test_policy_state import Driver
 
@@ -250,3 +252,49 @@ def test_heap_delete_keeps_a_heap_of_the_other_entries(case):
     assert all(not heap[c] < heap[(c - 1) // 2] for c in range(1, len(heap)))
     assert sorted(heap) == sorted(reference)
     assert [heapq.heappop(heap) for _ in range(len(heap))] == sorted(reference)
+
+
+LEARNABLE = sorted(n for n, cls in REGISTRY.items() if learnable_keys(cls.Params))
+
+
+@pytest.mark.parametrize("name", POLICIES)
+@settings(max_examples=20, deadline=None)
+@given(tasks=workloads(), workers=st.integers(1, 3))
+def test_a_policy_declares_per_tenant_state_exactly_when_it_keeps_some(name, tasks, workers):
+    policy = make_policy(name, tasks)
+    simulate(tasks, policy, workers)
+    declared = bool(REGISTRY[name].tenant_state)
+    assert (policy.state() is not None) == declared
+    assert REGISTRY[name].naive.tenant_state == REGISTRY[name].tenant_state
+
+
+@pytest.mark.parametrize("name", LEARNABLE)
+def test_a_learnable_policy_searches_its_own_parameters_and_its_defaults_lie_inside(name):
+    params = REGISTRY[name].Params
+    space = params.search
+    assert set(space.keys) <= set(params.model_fields) and "weights" in params.model_fields
+    defaults = params.learnable_defaults()
+    for dim in space.dimensions:
+        assert dim.low <= dim.coordinate(defaults) <= dim.high
+        assert dim.grid and all(dim.low <= x <= dim.high for x in dim.grid)
+    for point in [*space.start_points(defaults), *map(space.coordinates, space.grid())]:
+        params(**space.params(point))  # every point of the space is a valid setting
+    assert space.params(space.coordinates(defaults)) == pytest.approx(defaults)
+
+
+@pytest.mark.parametrize("name", LEARNABLE)
+def test_a_learnable_policy_reads_its_parameters_at_every_decision(name):
+    # the REINFORCE agent swaps a policy's parameters between windows of simulated time:
+    # held on one grid setting from the start, the policy decides as if built with it
+    from desched.bench.rl import WindowControlled
+
+    frame = generate("flood", tasks=300, tenants=4, workers=2, seed=3, predicted_noise=0.5)
+    tasks = TaskTable.from_frame(frame)
+    grid = REGISTRY[name].Params.search.grid()
+    for k in {0, len(grid) - 1}:
+        wrapped = WindowControlled(make_policy(name, tasks), lambda obs, k=k: k, grid,
+                                   workers=2, window_s=40.0)
+        controlled = list(simulate(tasks, wrapped, 2).decisions.task)
+        assert controlled == list(simulate(tasks, make_policy(name, tasks, grid[k]), 2)
+                                  .decisions.task)
+        assert len(wrapped.trajectory) > 2

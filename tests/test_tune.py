@@ -9,25 +9,15 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from desched.bench.learning import Objective, build_cells, check_disjoint, mean_objective, run_on
+from desched.bench.rl import WindowControlled, action_grid, tune_rl
+from desched.bench.tuning import TuneSettings, split, tune_optuna
+from desched.bench.weights import read_card
 from desched.cli import cli
 from desched.errors import DeschedError
 from desched.policies import make_policy, parse_params
 from desched.simulator import simulate
 from desched.trace import TaskTable, write_trace
-from desched.tuning import (
-    Objective,
-    TuneSettings,
-    WindowControlled,
-    action_grid,
-    build_cells,
-    check_disjoint,
-    mean_objective,
-    run_on,
-    split,
-    tune_optuna,
-    tune_rl,
-)
-from desched.weights import read_card, write_card
 from desched.workloads import generate
 
 TINY = "flood?tasks=200&tenants=4"
@@ -44,7 +34,10 @@ def flood_tasks() -> TaskTable:
 
 
 def card(folder: Path, policy: str, weights: dict[str, float]) -> Path:
-    write_card(folder, {"name": folder.name, "policy": policy, "weights": weights})
+    """A hand-written weights card: a policy and its weights, nothing else."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "card.json").write_text(json.dumps(
+        {"name": folder.name, "policy": policy, "weights": weights}))
     return folder
 
 
@@ -163,10 +156,10 @@ def test_a_window_controller_changes_the_weights_between_windows(flood_tasks: Ta
 def test_optuna_starts_from_todays_weights_so_it_never_reports_worse_on_training() -> None:
     train = build_cells([(TINY, 0), (TINY, 1)], workers=2)
     learned = tune_optuna(train, "ifs-memoryless", 2, trials=4, objective=Objective())
-    assert learned.curve[0]["w_backlog"] == pytest.approx(0.1)
-    assert learned.curve[0]["value"] == pytest.approx(1.0)
+    assert learned.curve[0].params()["w_backlog"] == pytest.approx(0.1)
+    assert learned.curve[0].value == pytest.approx(1.0)
     assert learned.train_objective <= 1.0
-    assert [p["step"] for p in learned.curve] == [0, 1, 2, 3]
+    assert [p.step for p in learned.curve] == [0, 1, 2, 3]
     assert learned.weights["w_backlog"] + learned.weights["w_wait"] == pytest.approx(1.0)
 
 
@@ -192,14 +185,14 @@ def test_the_tune_flow_writes_a_card_judged_only_on_traces_disjoint_from_trainin
     result = tune_weights(train=[TINY], out=str(out), train_seeds=[0, 1],
                           heldout_seeds=[10, 11, 12], workers=2, trials=3, learner="optuna")
     saved = read_card(out)
-    train_seeds = {c["seed"] for c in saved["split"]["train"]}
-    heldout_seeds = {c["seed"] for c in saved["split"]["heldout"]}
+    train_seeds = {c.seed for c in saved.split.train}
+    heldout_seeds = {c.seed for c in saved.split.heldout}
     assert train_seeds == {0, 1} and heldout_seeds == {10, 11, 12}
     assert train_seeds.isdisjoint(heldout_seeds)
-    prints = {c["fingerprint"] for c in saved["split"]["train"]}
-    assert prints.isdisjoint(c["fingerprint"] for c in saved["split"]["heldout"])
-    assert saved["heldout"]["by_workload"][TINY]["learned"]["J"]["n"] == 3
-    assert result["weights"] == saved["weights"]
+    prints = {c.fingerprint for c in saved.split.train}
+    assert prints.isdisjoint(c.fingerprint for c in saved.split.heldout)
+    assert saved.heldout.by_workload[TINY]["learned"].J.n == 3
+    assert result["weights"] == saved.weights
     assert (out / "learning-curve.png").stat().st_size > 0 and (out / "card.md").is_file()
     parse_params("ifs-memoryless", {"weights": str(out)})  # loadable as written
 

@@ -21,7 +21,7 @@ def _split(values: tuple[str, ...]) -> list[str]:
 
 
 def _seeds(text: str | None) -> list[int] | None:
-    from desched.evaluate import parse_seeds
+    from desched.bench.specs import parse_seeds
 
     return list(parse_seeds(text)) if text else None
 
@@ -52,7 +52,7 @@ def evaluate(
 ) -> None:
     """Evaluate policies over traces and seeds: mean and 95 % interval of every metric,
     whole run and per window (drift)."""
-    from desched import evaluate as ev
+    from desched.bench import evaluate as ev
 
     trace_specs, policy_specs = _split(traces), _split(policies)
     cells = ev.cells_of(trace_specs, policy_specs, _seeds(seeds) or [])
@@ -80,8 +80,9 @@ def evaluate(
               help="Weights folder to write, e.g. models/weights/NAME.")
 @click.option("--learner", type=click.Choice(["optuna", "rl"]), default="optuna",
               show_default=True, help="Black-box search (Optuna TPE) or policy-gradient agent.")
-@click.option("--policy", type=click.Choice(["ifs-memoryless", "ifs-counter"]),
-              default="ifs-memoryless", show_default=True, help="Policy whose weights to learn.")
+@click.option("--policy", default=None,
+              help="Policy whose weights to learn: any whose parameters are learnable (marked "
+                   "in `desched policies`); default today's scorer.")
 @click.option("--train-seeds", default=None,
               help="Training seeds/slices, e.g. 0-2 (default: scenarios 0-2, files first 3).")
 @click.option("--heldout-seeds", default=None,
@@ -91,26 +92,30 @@ def evaluate(
 @click.option("--windows", default=20, show_default=True, type=click.IntRange(min=1),
               help="RL: decision windows per trace.")
 @click.option("--fairness-weight", default=5.0, show_default=True, type=float,
-              help="Penalty per unit of Jain's index below today's scorer's.")
+              help="Penalty per unit of Jain's index below the reference's.")
+@click.option("--reference", default=None,
+              help="Policy J is measured against, at its defaults (default today's scorer).")
 def tune(
     traces: tuple[str, ...], heldout: tuple[str, ...], workers: int, trials: int, out: Path,
-    learner: str, policy: str, train_seeds: str | None, heldout_seeds: str | None, seed: int,
-    windows: int, fairness_weight: float,
+    learner: str, policy: str | None, train_seeds: str | None, heldout_seeds: str | None,
+    seed: int, windows: int, fairness_weight: float, reference: str | None,
 ) -> None:
     """Learn the scorer's weights from traces by simulation; judge them on held-out traces;
     write OUT/card.json (loadable with --param weights=OUT), card.md and the learning curve."""
     from pydantic import ValidationError
 
-    from desched.tuning import Objective, TuneSettings
-    from desched.tuning import tune as run_tune
+    from desched.bench.learning import Objective
+    from desched.bench.tuning import TuneSettings
+    from desched.bench.tuning import tune as run_tune
 
+    named = {k: v for k, v in (("policy", policy), ("reference", reference)) if v is not None}
     try:
         settings = TuneSettings(
             train=_split(traces), heldout=_split(heldout) or None,
             train_seeds=_seeds(train_seeds), heldout_seeds=_seeds(heldout_seeds),
-            workers=workers, policy=policy, learner=learner,  # type: ignore[arg-type]
+            workers=workers, learner=learner,  # type: ignore[arg-type]
             trials=trials, seed=seed, windows=windows,
-            objective=Objective(fairness_weight=fairness_weight),
+            objective=Objective(fairness_weight=fairness_weight), **named,
         )
     except ValidationError as exc:
         err = exc.errors()[0]
@@ -118,7 +123,7 @@ def tune(
     command = shlex.join(["desched", *sys.argv[1:]]) if Path(sys.argv[0]).name == "desched" \
         else None
     card = run_tune(settings, out, command=command)
-    from desched.tuning import verdict_markdown
+    from desched.bench.tuning import verdict_markdown
 
     click.echo(verdict_markdown(card))
     click.echo(f"wrote {out}/card.json (use --param weights={out}), card.md, learning-curve.png")

@@ -14,6 +14,8 @@ from desched.errors import DeschedError
 if TYPE_CHECKING:
     import polars as pl
 
+    from desched.runs import RunSummary
+
 
 TRACE_OPTION = click.option("--trace", "trace_path", required=True,
                             type=click.Path(path_type=Path), help="Trace Parquet file.")
@@ -48,7 +50,7 @@ def run_policy(
     out_dir: Path,
     seed: int,
     window_s: float | None,
-) -> dict[str, Any]:
+) -> RunSummary:
     """Simulate one policy over a validated trace and write its run folder; returns the
     summary."""
     from desched.policies import make_policy
@@ -159,9 +161,9 @@ def simulate(
     summary = run_policy(read_trace(trace_path), policy, parse_param_args(params), workers, out,
                          seed, window_s)
     click.echo(
-        f"{out}: {summary['tasks']} tasks, mean wait {summary['mean_wait_s']:.1f} s, "
-        f"p99 response {summary['p99_response_s']:.1f} s, Jain {summary['jain_slowdown']:.3f}, "
-        f"max service lag {summary['max_service_lag_s']:.1f} s"
+        f"{out}: {summary.tasks} tasks, mean wait {summary.mean_wait_s:.1f} s, "
+        f"p99 response {summary.p99_response_s:.1f} s, Jain {summary.jain_slowdown:.3f}, "
+        f"max service lag {summary.max_service_lag_s:.1f} s"
     )
 
 
@@ -183,25 +185,26 @@ def _fmt(x: float) -> str:
     return f"{x:.3f}" if abs(x) < 10 else f"{x:,.0f}"
 
 
-def format_table(summaries: dict[str, dict[str, Any]], tenants: list[str]) -> str:
+def format_table(summaries: dict[str, RunSummary], tenants: list[str]) -> str:
     """A markdown table of the headline metrics, then mean wait of the given tenants."""
     head = ["policy", *(label for _, label in TABLE_COLUMNS)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, s in summaries.items():
-        lines.append("| " + " | ".join([name, *(_fmt(s[k]) for k, _ in TABLE_COLUMNS)]) + " |")
+        lines.append("| " + " | ".join([name, *(_fmt(getattr(s, k)) for k, _ in TABLE_COLUMNS)])
+                     + " |")
     if tenants:
         lines += ["", "mean wait (s) per tenant:", ""]
         head = ["tenant", *summaries]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for t in tenants:
-            cells = [_fmt(s["per_tenant"][t]["mean_wait_s"]) for s in summaries.values()]
+            cells = [_fmt(s.tenants()[t].mean_wait_s) for s in summaries.values()]
             lines.append("| " + " | ".join([t, *cells]) + " |")
     return "\n".join(lines)
 
 
-def top_tenants(summary: dict[str, Any], n: int) -> list[str]:
-    per = summary["per_tenant"]
-    return sorted(per, key=lambda t: (-per[t]["tasks"], t))[:n]
+def top_tenants(summary: RunSummary, n: int) -> list[str]:
+    per = summary.tenants()
+    return sorted(per, key=lambda t: (-per[t].tasks, t))[:n]
 
 
 def plot_wait_over_time(run_dirs: dict[str, Path], tenants: list[str], out: Path) -> Path:
@@ -275,7 +278,7 @@ def compare(
     for n in names:  # refuse bad names and parameters before running anything
         parse_params(n, per_policy[n])
     trace = read_trace(trace_path)
-    summaries: dict[str, dict[str, Any]] = {}
+    summaries: dict[str, RunSummary] = {}
     run_dirs: dict[str, Path] = {}
     for n in names:
         run_dirs[n] = out / n
@@ -284,7 +287,8 @@ def compare(
     table = format_table(summaries, tenants)
     plot = plot_wait_over_time(run_dirs, tenants, out / "wait-over-time.png")
     (out / "compare.json").write_text(json.dumps(
-        {"trace": str(trace_path), "workers": workers, "policies": summaries,
+        {"trace": str(trace_path), "workers": workers,
+         "policies": {n: s.model_dump() for n, s in summaries.items()},
          "plot": plot.name}, indent=2) + "\n")
     click.echo(table)
     click.echo(f"\nwrote {out / 'compare.json'} and {plot}")
@@ -294,11 +298,17 @@ def compare(
 def policies() -> None:
     """List the registered policies, their parameters and what they do."""
     from desched.policies import REGISTRY
+    from desched.policies.learnable import learnable_keys
 
     for name in sorted(REGISTRY):
         cls = REGISTRY[name]
         fields = cls.Params.model_fields
-        params = ", ".join(f"{k}={f.default}" for k, f in fields.items()) or "no parameters"
+        params = ", ".join(f"{k}={f.default}" for k, f in sorted(
+            fields.items(), key=lambda kv: kv[0] == "weights")) or "no parameters"
         reads = f" [reads {', '.join(sorted(cls.reads))}]" if cls.reads else ""
+        keys = learnable_keys(cls.Params)
+        learnable = f"{'':16s}   learnable (desched tune): {', '.join(keys)}" if keys else ""
         click.echo(f"{name:16s} {cls.summary}{reads}")
         click.echo(f"{'':16s}   {params}")
+        if learnable:
+            click.echo(learnable)

@@ -1,6 +1,14 @@
-"""The policy registry: one line per policy; contract tests run over all of them."""
+"""The policy registry: one line per policy; contract tests run over all of them.
+
+Everything else (the simulator, the service, the bench's tuning, evaluation, report and
+demo) finds policies here and reads what they declare (``reads``, ``tenant_state``,
+learnable ``Params``), never their names. Registry order is the order the report lists them.
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -12,6 +20,12 @@ from desched.policies.hrrn_predicted import HrrnPredicted
 from desched.policies.ifs_counter import IfsCounter
 from desched.policies.ifs_memoryless import IfsMemoryless
 from desched.policies.ifs_predicted import IfsPredicted
+from desched.policies.learnable import (
+    LearnableParams,
+    check_weight_values,
+    learnable_keys,
+    read_card_json,
+)
 from desched.policies.round_robin import RoundRobin
 from desched.policies.sjf_oracle import SjfOracle
 from desched.policies.sjf_predicted import SjfPredicted
@@ -25,12 +39,12 @@ REGISTRY: dict[str, type[Policy]] = {
         IfsMemoryless,
         RoundRobin,
         Vtc,
-        FairSjf,
         IfsCounter,
         SjfOracle,
         SjfPredicted,
         HrrnPredicted,
         IfsPredicted,
+        FairSjf,
     )
 }
 
@@ -45,8 +59,41 @@ def get_policy(name: str) -> type[Policy]:
         ) from None
 
 
+def learnable_policies() -> dict[str, type[Policy]]:
+    """The registered policies whose ``Params`` declare learnable keys, in registry order."""
+    return {n: cls for n, cls in REGISTRY.items() if learnable_keys(cls.Params)}
+
+
+def learnable_params(name: str) -> type[LearnableParams]:
+    """The ``Params`` of registered policy ``name``, refused unless it has learnable keys."""
+    params = get_policy(name).Params
+    if not issubclass(params, LearnableParams):
+        raise DeschedError(f"policy {name!r} has no learnable parameters (learnable: "
+                           f"{', '.join(learnable_policies()) or 'none'})")
+    return params
+
+
+def check_card(location: str | Path) -> dict[str, Any]:
+    """The weights card at ``location`` (its folder or the JSON file) as JSON, checked: its
+    ``policy`` is a registered learnable policy and its ``weights`` hold exactly that
+    policy's learnable keys, each a finite number >= 0. A missing or corrupt card is a
+    ``DeschedError`` naming the file."""
+    path, card = read_card_json(location)
+    policy, weights = card.get("policy"), card.get("weights")
+    learnable = learnable_policies()
+    if not isinstance(policy, str) or policy not in learnable:
+        raise DeschedError(f"{path}: 'policy' must be one of {', '.join(learnable)}, "
+                           f"got {policy!r}")
+    keys = learnable_keys(learnable[policy].Params)
+    if not isinstance(weights, dict) or set(weights) != set(keys):
+        raise DeschedError(f"{path}: 'weights' must hold exactly {', '.join(keys)} for {policy}")
+    check_weight_values(path, weights)
+    return card
+
+
 def parse_params(name: str, raw: dict[str, str] | None) -> PolicyParams:
-    """Validate ``raw`` (strings from ``--param k=v`` or values) against the policy's model."""
+    """Validate ``raw`` (strings from ``--param k=v`` or values) against the policy's model;
+    a ``weights`` card is checked (``check_card``) before its values are loaded."""
     cls = get_policy(name)
     raw = dict(raw or {})
     known = cls.Params.model_fields
@@ -54,6 +101,8 @@ def parse_params(name: str, raw: dict[str, str] | None) -> PolicyParams:
         if key not in known:
             listed = ", ".join(known) or "none"
             raise DeschedError(f"policy {name!r} has no parameter {key!r} (parameters: {listed})")
+    if issubclass(cls.Params, LearnableParams) and raw.get("weights") not in (None, ""):
+        check_card(str(raw["weights"]))
     try:
         return cls.Params(**raw)
     except ValidationError as exc:

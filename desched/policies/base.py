@@ -24,7 +24,8 @@ from __future__ import annotations
 import copy
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
@@ -52,9 +53,17 @@ def first_fitting(
 
 
 class PolicyParams(BaseModel):
-    """Parameters of a policy; a policy without parameters uses this empty model."""
+    """Parameters of a policy; a policy without parameters uses this empty model.
+
+    ``duration_scaled`` names parameters in seconds whose defaults suit the DES scenarios'
+    task durations, each with its default expressed in mean task durations: a workload of
+    much longer tasks (a real log of hour-long jobs) should scale them (``desched demo``
+    sets ``key = factor * mean task duration`` on the real logs).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    duration_scaled: ClassVar[Mapping[str, float]] = MappingProxyType({})
 
 
 class Policy(ABC):
@@ -70,6 +79,13 @@ class Policy(ABC):
     Params: ClassVar[type[PolicyParams]] = PolicyParams
     components: ClassVar[tuple[str, ...]] = ()
     reads: ClassVar[frozenset[str]] = frozenset()
+    """Task columns the ranking reads besides tenant and submission time: ``predicted_s``
+    (a prediction, Q3's policies), ``duration_s`` (the true duration: a clairvoyant bound
+    that no live scheduler can run)."""
+    tenant_state: ClassVar[frozenset[str]] = frozenset()
+    """What the policy remembers per tenant between decisions (``state()``): ``service``
+    (a counter of service received, Q1's family), ``turn`` (a place in a ring); empty for a
+    policy whose decisions depend only on the queued tasks."""
     naive: ClassVar[type[Policy]]
     requeue_is_exact: ClassVar[bool] = False
     """True where ``pop`` and ``push`` change nothing but the queued set and a decision

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -10,11 +11,25 @@ from pydantic import Field
 
 from desched.policies.base import PolicyParams
 from desched.policies.ifs_memoryless import IfsMemoryless, IfsMemorylessNaive, IfsParams, norm
+from desched.policies.learnable import Range, SearchSpace, Simplex
 from desched.trace import TaskTable
 
 
 class IfsCounterParams(IfsParams):
-    card_keys: ClassVar[tuple[str, ...]] = ("w_backlog", "w_wait", "w_service", "half_life_s")
+    """Learnable: the IFS weights on their simplex, ``w_service`` in [0, 4] and
+    ``half_life_s`` log-uniform in [60, 14400] s; a search first tries today's scorer (no
+    service term), then these defaults. ``half_life_s`` is 40 mean task durations of the
+    DES scenarios (``duration_scaled``)."""
+
+    search: ClassVar[SearchSpace] = SearchSpace(
+        (
+            Simplex("theta", ("w_backlog", "w_wait"), grid=(0.0, 0.1, 0.35, 0.7)),
+            Range("w_service", 0.0, 4.0, grid=(0.0, 0.25, 0.5, 1.0)),
+            Range("half_life_s", 60.0, 14_400.0, grid=(900.0,), log=True),
+        ),
+        starts=(MappingProxyType({"w_service": 0.0}),),
+    )
+    duration_scaled: ClassVar[Mapping[str, float]] = MappingProxyType({"half_life_s": 40.0})
 
     w_service: float = Field(
         2.0,
@@ -50,6 +65,7 @@ class IfsCounterNaive(IfsMemorylessNaive):
     # ifs_memoryless leaves both attributes unannotated, so mypy pins their narrow types
     Params = IfsCounterParams  # type: ignore[assignment]
     components = ("norm_backlog", "norm_wait", "norm_service")  # type: ignore[assignment]
+    tenant_state = frozenset({"service"})
     params: IfsCounterParams
 
     def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
@@ -128,6 +144,7 @@ class IfsCounter(IfsMemoryless):
     summary = IfsCounterNaive.summary
     Params = IfsCounterParams  # type: ignore[assignment]
     components = IfsCounterNaive.components  # type: ignore[assignment]
+    tenant_state = IfsCounterNaive.tenant_state
     naive = IfsCounterNaive
     params: IfsCounterParams
 

@@ -2,70 +2,31 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import Field
 
-from desched.errors import DeschedError
 from desched.policies.base import NaivePolicy, Policy, PolicyParams
+from desched.policies.learnable import LearnableParams, SearchSpace, Simplex
 from desched.structures.tenant_queues import TenantQueues, pick_slot
 from desched.trace import TaskTable
 
 
-class IfsParams(PolicyParams):
+class IfsParams(LearnableParams):
     """Weights of the IFS scorer, given one by one or read from a weights card (``weights``).
 
-    With ``weights`` set, the card's values fill ``card_keys`` when the model is built (so the
-    fast and naive twins both get them, and the decision path never reads a file). An
-    explicit ``w_*`` given along with ``weights`` must equal the card's value (so a dumped
-    model rebuilds itself); a different one is refused, as is a missing or corrupt card.
+    Learnable: the two weights, searched on the simplex ``w_backlog = theta, w_wait = 1 -
+    theta`` (the score is invariant to scaling both; ``theta = 0.1`` is today's).
     """
 
-    card_keys: ClassVar[tuple[str, ...]] = ("w_backlog", "w_wait")
+    search: ClassVar[SearchSpace] = SearchSpace((
+        Simplex("theta", ("w_backlog", "w_wait"), grid=(0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 1.0)),
+    ))
 
     w_backlog: float = Field(0.1, ge=0, description="weight of the normalised tenant backlog")
     w_wait: float = Field(0.9, ge=0, description="weight of the normalised wait")
-    weights: str | None = Field(
-        None,
-        description="folder (or card.json) of weights learned by `desched tune`; sets the "
-        "weights of this policy from its card",
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _load_card(cls, data: Any) -> Any:
-        if not isinstance(data, dict) or data.get("weights") in (None, ""):
-            return data
-        from desched.weights import card_weights
-
-        location = str(data["weights"])
-        loaded = card_weights(location, cls.card_keys)
-        for key, value in loaded.items():
-            given = data.get(key)
-            if given is None:
-                continue
-            try:
-                same = math.isclose(float(given), value, rel_tol=1e-12, abs_tol=0.0)
-            except (TypeError, ValueError):
-                same = False
-            if not same:
-                raise DeschedError(
-                    f"parameter {key}={given} contradicts weights={location} ({key}={value}); "
-                    "give one or the other"
-                )
-        return {**data, **loaded, "weights": location}
-
-    @model_serializer(mode="wrap")
-    def _omit_no_card(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """Leave ``weights`` out of a dump when no card was given (run summaries then record
-        the same parameters as before cards existed)."""
-        data = handler(self)
-        if isinstance(data, dict) and data.get("weights") is None:
-            data.pop("weights", None)
-        return data
 
 
 def norm(x: float, x_max: float) -> float:

@@ -25,6 +25,7 @@ class RoundRobinNaive(NaivePolicy):
     name = "round-robin"
     summary = "one task per backlogged tenant in turn, oldest task first within a tenant"
     components = ()
+    tenant_state = frozenset({"turn"})
 
     def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
         super().__init__(tasks, params)
@@ -84,6 +85,7 @@ class RoundRobin(Policy):
     name = "round-robin"
     summary = RoundRobinNaive.summary
     components = RoundRobinNaive.components
+    tenant_state = RoundRobinNaive.tenant_state
     naive = RoundRobinNaive
 
     def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:

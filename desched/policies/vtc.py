@@ -103,6 +103,7 @@ class VtcNaive(NaivePolicy):
     name = "vtc"
     summary = "least-served backlogged tenant first (virtual counter of service seconds)"
     components = ()
+    tenant_state = frozenset({"service"})
 
     def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
         super().__init__(tasks, params)
@@ -170,6 +171,7 @@ class Vtc(Policy):
     name = "vtc"
     summary = VtcNaive.summary
     components = VtcNaive.components
+    tenant_state = VtcNaive.tenant_state
     naive = VtcNaive
 
     def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:

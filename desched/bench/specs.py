@@ -1,0 +1,205 @@
+"""Trace and policy specs: how a name and a seed become one trace, and a policy to run on it.
+
+A *trace spec* names a workload and how a seed turns it into one trace:
+
+- a scenario of ``desched.workloads`` (``flood``, ``steady?tasks=2000&load=0.9``): seed ``s`` is
+  the trace ``generate(name, ..., seed=s)``, a fresh draw of the whole workload;
+- a trace file, Parquet or SWF (``trace.parquet``, ``log.swf.gz?slice_tasks=2000&load=0.9``):
+  seed ``s`` is the ``s``-th *disjoint time slice* of ``slice_tasks`` consecutive tasks (in
+  submit order), shifted to start at 0; ``load``, when given, rescales the slice's submit
+  times so that its offered load against the workers is ``load`` (durations are untouched).
+  Slices do not overlap, so two seeds never share a task; they are not independent draws
+  (neighbouring weeks of one machine are correlated), which the intervals do not model.
+
+Either kind takes ``seeds`` (``0-3;9`` is 0, 1, 2, 3, 9), which then replace, for that trace
+alone, the seeds a caller gives for all traces, so that one sweep can hold scenarios (seeds
+100-109) and slices of a log (seeds 40-49).
+
+A *policy spec* is a registered name with parameters in the same syntax
+(``ifs-memoryless?w_backlog=0.3&w_wait=0.7``, ``ifs-counter?weights=models/weights/x``);
+``policy_spec`` writes one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+
+import polars as pl
+
+from desched.errors import DeschedError
+
+SCENARIO_DEFAULTS: dict[str, Any] = {"tasks": 2000, "load": 0.9}
+"""Defaults of a scenario spec that names no size: small enough for sweeps of many seeds."""
+
+DEFAULT_SLICE_TASKS = 2000
+
+
+def _parse_spec(spec: str) -> tuple[str, dict[str, str]]:
+    base, _, query = spec.strip().partition("?")
+    if not base:
+        raise DeschedError(f"{spec!r}: empty name")
+    pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=False) if query else []
+    options: dict[str, str] = {}
+    for key, value in pairs:
+        if not key:
+            raise DeschedError(f"{spec!r}: expected NAME?KEY=VALUE&KEY=VALUE")
+        options[key] = value
+    return base, options
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSpec:
+    """A workload and the rule that turns a seed into one of its traces (module docstring)."""
+
+    spec: str
+    name: str
+    scenario: str | None
+    path: str | None
+    tasks: int
+    tenants: int | None
+    load: float | None
+    slice_tasks: int
+    seeds: tuple[int, ...] | None = None
+
+    @classmethod
+    def parse(cls, spec: str) -> TraceSpec:
+        """``NAME[?KEY=VALUE&...]``: a scenario name or a trace file (Parquet or SWF).
+
+        Scenario keys: ``tasks``, ``tenants``, ``load``. File keys: ``slice_tasks``, ``load``.
+        Both: ``seeds`` (module docstring).
+        """
+        from desched.workloads import SCENARIOS
+
+        base, options = _parse_spec(spec)
+        allowed = {"tasks", "tenants", "load"} if base in SCENARIOS else {"slice_tasks", "load"}
+        allowed.add("seeds")
+        unknown = sorted(set(options) - allowed)
+        if unknown:
+            raise DeschedError(f"trace {spec!r}: unknown option {unknown[0]!r} "
+                               f"(options: {', '.join(sorted(allowed))})")
+        try:
+            load = float(options["load"]) if "load" in options else None
+            tasks = int(options.get("tasks", SCENARIO_DEFAULTS["tasks"]))
+            tenants = int(options["tenants"]) if "tenants" in options else None
+            slice_tasks = int(options.get("slice_tasks", DEFAULT_SLICE_TASKS))
+            seeds = parse_seeds(options["seeds"]) if "seeds" in options else None
+        except (ValueError, DeschedError) as exc:
+            raise DeschedError(f"trace {spec!r}: {exc}") from None
+        if load is not None and not (math.isfinite(load) and load > 0):
+            raise DeschedError(f"trace {spec!r}: load must be > 0, got {load}")
+        if slice_tasks < 1:
+            raise DeschedError(f"trace {spec!r}: slice_tasks must be >= 1, got {slice_tasks}")
+        if base in SCENARIOS:
+            return cls(spec, base, base, None, tasks, tenants,
+                       SCENARIO_DEFAULTS["load"] if load is None else load, slice_tasks, seeds)
+        path = Path(base)
+        if not path.is_file():
+            raise DeschedError(f"trace {spec!r}: neither a scenario ({', '.join(SCENARIOS)}) "
+                               f"nor an existing file")
+        name = path.name.removesuffix(".gz").removesuffix(".swf").removesuffix(".parquet")
+        return cls(spec, name, None, str(path), tasks, tenants, load, slice_tasks, seeds)
+
+    def slices(self) -> int | None:
+        """Disjoint slices of a file trace (the seeds it has); ``None`` for a scenario."""
+        if self.path is None:
+            return None
+        return _read_file(self.path).height // self.slice_tasks
+
+    def materialize(self, seed: int, workers: int) -> pl.DataFrame:
+        """The trace of ``seed`` (a regenerated scenario, or slice ``seed`` of the file)."""
+        if seed < 0:
+            raise DeschedError(f"trace {self.spec!r}: seed must be >= 0, got {seed}")
+        if self.scenario is not None:
+            from desched.workloads import generate
+
+            return generate(self.scenario, tasks=self.tasks, tenants=self.tenants,
+                            load=self.load if self.load is not None else 0.9,
+                            workers=workers, seed=seed)
+        assert self.path is not None
+        full = _read_file(self.path)
+        count = full.height // self.slice_tasks
+        if seed >= count:
+            raise DeschedError(f"trace {self.spec!r}: seed {seed} is past its last slice "
+                               f"({count} slices of {self.slice_tasks} tasks; seeds 0..{count - 1})")
+        part = full.slice(seed * self.slice_tasks, self.slice_tasks)
+        t0 = float(part["submit_s"].to_numpy().min())
+        part = part.with_columns(pl.col("submit_s") - t0)
+        if self.load is not None:
+            span = float(part["submit_s"].to_numpy().max())
+            if span > 0:
+                mean_s = float(part["duration_s"].to_numpy().mean())
+                offered = part.height / span * mean_s / workers
+                part = part.with_columns(pl.col("submit_s") * (offered / self.load))
+        return part
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """``"0-3;9"`` -> ``(0, 1, 2, 3, 9)``; ``,`` separates too. Refuses an empty or negative list."""
+    seeds: list[int] = []
+    for part in text.replace(",", ";").split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        lo, dash, hi = part.partition("-")
+        try:
+            first, last = int(lo), int(hi) if dash else int(lo)
+        except ValueError:
+            raise DeschedError(f"seeds {text!r}: expected integers and ranges like 0-3;9") from None
+        if first < 0 or last < first:
+            raise DeschedError(f"seeds {text!r}: {part!r} is not a range of seeds >= 0")
+        seeds.extend(range(first, last + 1))
+    if not seeds:
+        raise DeschedError(f"seeds {text!r}: no seed")
+    return tuple(dict.fromkeys(seeds))
+
+
+@lru_cache(maxsize=8)
+def _read_file(path: str) -> pl.DataFrame:
+    """A Parquet trace or an SWF log, sorted by submit time (stable: trace order in a tie)."""
+    if path.endswith((".swf", ".swf.gz")):
+        from desched.swf import import_swf
+
+        frame, _ = import_swf(path)
+    else:
+        from desched.trace import read_trace
+
+        frame = read_trace(path)
+    return frame.sort("submit_s", maintain_order=True)
+
+
+def fingerprint(frame: pl.DataFrame) -> str:
+    """A content hash of a trace's tenants, submit times and durations (16 hex digits)."""
+    digest = hashlib.sha256()
+    for column in ("tenant", "submit_s", "duration_s"):
+        digest.update(frame[column].to_numpy().tobytes() if column != "tenant"
+                      else "\x1f".join(frame[column].to_list()).encode())
+    return digest.hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySpec:
+    """A registered policy with its parameters, from ``NAME[?KEY=VALUE&...]``."""
+
+    spec: str
+    name: str
+    params: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def parse(cls, spec: str) -> PolicySpec:
+        from desched.policies import parse_params
+
+        name, options = _parse_spec(spec)
+        parse_params(name, options)  # refuse a bad name or parameter before anything runs
+        return cls(spec, name, tuple(sorted(options.items())))
+
+
+def policy_spec(name: str, params: Mapping[str, Any] | None = None) -> str:
+    """The policy spec of ``name`` with ``params`` (``NAME`` alone without any)."""
+    return f"{name}?{urlencode(dict(params), safe='/:')}" if params else name
