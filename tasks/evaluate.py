@@ -20,7 +20,7 @@ from desched.bench.evaluate import EvalCell, EvalRow
 def evaluate_cell(
     trace: str, policy: str, seed: int, workers: int, window_s: float | None = None
 ) -> EvalCell:
-    """One (trace, policy, seed) simulation and its summary (``desched.bench.evaluate.run_cell``)."""
+    """One (trace, policy, seed) simulation and its summary (``evaluate.run_cell``)."""
     return evaluate.run_cell(trace, policy, seed, workers, window_s)
 
 

@@ -144,3 +144,17 @@ def test_a_number_stated_with_the_wrong_sign_is_caught() -> None:
     report = {"d_bsld_pct": -2.0, "d_jain": 0.005}
     assert unmatched_numbers("Δ bsld -2.0 %, Δ Jain +0.005", report) == []
     assert unmatched_numbers("Δ bsld 2.0 %, Δ Jain -0.005", report) == ["2.0", "-0.005"]
+
+
+def test_demo_settings_take_the_mode_preset_and_the_environment_for_the_rest(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    from desched.bench.demo import DemoSettings
+
+    monkeypatch.setenv("DESCHED_DEMO_JOBS", "3")
+    monkeypatch.setenv("DESCHED_DEMO_SWF_DIR", str(tmp_path))
+    monkeypatch.setenv("DESCHED_DEMO_TUNE_TRIALS", "99")  # the quick preset fixes it
+    quick = DemoSettings.of("quick")
+    assert (quick.jobs, quick.swf_dir, quick.tune_trials) == (3, tmp_path, 6)
+    assert DemoSettings.of("full").tune_trials == 99
+    assert quick.roles().baseline == "ifs-memoryless"

@@ -219,3 +219,17 @@ def test_tuning_settings_default_to_other_seeds_for_the_held_out_traces() -> Non
         s for _, s in settings.pairs("heldout"))
     with pytest.raises(DeschedError, match="overlaps training"):
         split(TuneSettings(train=[TINY], train_seeds=[0, 1], heldout_seeds=[1, 2], trials=1))
+
+
+def test_tuning_settings_read_the_environment_and_refuse_a_policy_with_nothing_to_learn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DESCHED_TUNE_TRIALS", "7")
+    monkeypatch.setenv("DESCHED_TUNE_POLICY", "ifs-counter")
+    settings = TuneSettings(train=[TINY])
+    assert (settings.trials, settings.policy, settings.reference) == (7, "ifs-counter",
+                                                                      "ifs-memoryless")
+    result = CliRunner().invoke(cli, ["tune", "--trace", TINY, "--workers", "2", "--out",
+                                      "unused", "--policy", "fifo"])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and "'fifo' has no learnable parameters" in result.output

@@ -421,7 +421,8 @@ def simulate_heldout(name: str, heldout_trace: str, workers: int,
     runs = {label: HeldoutRun(policy=policy, params=params,
                               summary=simulate_summary(trace, policy, params, workers))
             for label, (policy, params) in candidates.items()}
-    durations = trace.group_by("tenant").agg(pl.col("duration_s").mean().alias("mean_duration_s"))
+    durations = trace.group_by("tenant").agg(
+        pl.col("duration_s").mean().alias("mean_duration_s"), pl.len().alias("tasks"))
     return HeldoutRuns(workload=name, workers=workers, tasks=trace.height, runs=runs,
                        tenant_durations={r["tenant"]: r["mean_duration_s"]
                                          for r in durations.iter_rows(named=True)})

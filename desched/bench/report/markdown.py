@@ -36,14 +36,15 @@ def _closes(x: float | None, what: str, reference: str) -> str:
 
 def q1_findings(r: Report) -> list[str]:
     q1 = r.q1
-    return [
-        (f"**Q1, {w}:** of the gap between `{q1.baseline}` and `{q1.reference}`, "
-         f"`{q1.candidate}` closes "
-         f"{_closes(b.gap_closed_pct.max_service_lag, 'max service lag', q1.reference)} and "
-         f"{_closes(b.gap_closed_pct.small_tenants_mean_wait, 'small tenants’ mean wait', q1.reference)}, "
-         f"for {pct(b.cost_pct.mean_response_vs_memoryless)} mean response time.")
-        for w, b in q1.workloads.items()
-    ]
+    out = []
+    for w, b in q1.workloads.items():
+        lag = _closes(b.gap_closed_pct.max_service_lag, "max service lag", q1.reference)
+        wait = _closes(b.gap_closed_pct.small_tenants_mean_wait, "small tenants’ mean wait",
+                       q1.reference)
+        out.append(f"**Q1, {w}:** of the gap between `{q1.baseline}` and `{q1.reference}`, "
+                   f"`{q1.candidate}` closes {lag} and {wait}, for "
+                   f"{pct(b.cost_pct.mean_response_vs_memoryless)} mean response time.")
+    return out
 
 
 def q2_findings(r: Report) -> list[str]:
