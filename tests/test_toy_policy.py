@@ -168,3 +168,29 @@ def test_the_report_tables_and_pareto_points_include_the_toy_policy(
     text = (folder / "report.md").read_text()
     assert f"| {TOY} |" in text
     assert (folder / "pareto.png").stat().st_size > 1000
+
+
+def test_the_bench_names_a_policy_only_as_a_configurable_default() -> None:
+    # the bench, its report and demo, the CLI's bench commands and the Prefect layer branch
+    # on what policies declare, never on their names: a registered name appears as a string
+    # only as the default of a setting or an option (today's scorer, Q1's roles)
+    import ast
+
+    root = Path(__file__).resolve().parents[1]
+    allowed = {
+        ("desched/bench/demo.py", "ifs-memoryless"), ("desched/bench/demo.py", "vtc"),
+        ("desched/bench/demo.py", "ifs-counter"), ("desched/bench/learning.py", "ifs-memoryless"),
+        ("desched/cli/bench.py", "ifs-memoryless"), ("flows/evaluate.py", "ifs-memoryless"),
+    }
+    names = set(policies.REGISTRY)
+    files = [*root.glob("desched/bench/**/*.py"), root / "desched/cli/bench.py",
+             root / "desched/cli/demo.py", *root.glob("flows/*.py"), *root.glob("tasks/*.py")]
+    assert {"flows", "tasks", "report"} <= {p.parent.name for p in files}
+    found = set()
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                name = node.value.partition("?")[0]
+                if name in names:
+                    found.add((str(path.relative_to(root)), name))
+    assert found <= allowed, sorted(found - allowed)

@@ -40,8 +40,9 @@ from desched.bench.evaluate import simulate_summary
 from desched.bench.specs import TraceSpec, fingerprint
 from desched.bench.weights import CellInfo, CurvePoint, Reference
 from desched.errors import DeschedError
-from desched.policies import learnable_params
+from desched.policies import get_policy, learnable_params
 from desched.policies.base import Policy
+from desched.policies.learnable import LearnableParams
 from desched.runs import RunSummary
 
 Learner = Literal["optuna", "rl"]
@@ -56,9 +57,6 @@ DEFAULT_HELDOUT_SEEDS = (100, 101, 102, 103, 104)
 def reference_of(policy: str) -> Reference:
     """The reference scorer ``policy`` at its default learnable weights (none for a policy
     without learnable parameters)."""
-    from desched.policies import get_policy
-    from desched.policies.learnable import LearnableParams
-
     params = get_policy(policy).Params
     weights = params.learnable_defaults() if issubclass(params, LearnableParams) else {}
     return Reference(policy=policy, weights=weights)
