@@ -15,7 +15,7 @@ from prefect import flow
 
 from desched.errors import DeschedError
 from desched.training import TrainSettings
-from desched.warehouse import DEFAULT_DB
+from desched.warehouse.schema import DEFAULT_DB
 from tasks.retrain import load_training_data, publish_report, register_version, train_duration_model
 
 DEFAULT_REGISTRY = "models/duration"
