@@ -73,9 +73,9 @@ def main() -> None:
 
     import lleaves
 
-    from desched.predictor import Predictor
-    from desched.registry import register
-    from desched.training import train
+    from desched.models.duration import Predictor
+    from desched.models.promotion import register
+    from desched.models.training import train
     from desched.workloads import generate
 
     frame = generate("steady", tasks=args.tasks, tenants=20, seed=1)
@@ -86,7 +86,7 @@ def main() -> None:
     booster = predictor.booster()
     forest = predictor._forest
     ll = lleaves.Model(model_file=str(predictor.model_path))
-    ll.compile(cache=str(registry / card["version"] / "model.so"))
+    ll.compile(cache=str(registry / card.version / "model.so"))
 
     big = generate("steady", tasks=args.batch, tenants=20, seed=2)
     x = predictor.features_of(big)
