@@ -331,7 +331,7 @@ def train_predictor(
         "booster_latency_us": _latency(slow),
         "heldout_trace": heldout_path,
         "workers": workload.workers,
-        "card": card,
+        "card": registered,
     }
 
 
