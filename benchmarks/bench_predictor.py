@@ -153,11 +153,11 @@ def main() -> None:
     payload: dict[str, Any] = {
         "machine": info,
         "model": {
-            "version": card["version"],
-            "objective": card["objective"],
+            "version": card.version,
+            "objective": card.objective,
             "trees": booster.num_trees(),
             "features": booster.num_feature(),
-            "compile_time_s": card["compile_time_s"],
+            "compile_time_s": card.compile_time_s,
         },
         "max_abs_diff_vs_booster": diffs,
         "single_row_us": single,
@@ -167,8 +167,8 @@ def main() -> None:
     }
     path = write_json("predictor.json", payload)
     print(
-        f"model: {card['objective']}, {booster.num_trees()} trees, {booster.num_feature()} "
-        f"features; lleaves compile {card['compile_time_s']:.1f} s; max |diff| {diffs}"
+        f"model: {card.objective}, {booster.num_trees()} trees, {booster.num_feature()} "
+        f"features; lleaves compile {card.compile_time_s or 0.0:.1f} s; max |diff| {diffs}"
     )
     print()
     print(
