@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 
 from desched.enrich.client import Lease, poll_while_fits
 from desched.policies import REGISTRY
-from desched.service.scheduler import NewTask, Scheduler, wait
+from desched.service.records import NewTask
+from desched.service.scheduler import Scheduler
 from desched.service.store import SCHEMA, Store
+from desched.service.writer import wait
 from tests.test_service_scheduler import FakeTime, make_scheduler
 
 

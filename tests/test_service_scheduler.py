@@ -11,17 +11,13 @@ from typing import Any
 import pytest
 
 from desched.errors import DeschedError
+from desched.service.clock import Clock
 from desched.service.decision_log import DecisionLog
-from desched.service.scheduler import (
-    Clock,
-    Conflict,
-    Forbidden,
-    NewTask,
-    Scheduler,
-    StaleWrite,
-    wait,
-)
+from desched.service.errors import Conflict, Forbidden, StaleWrite
+from desched.service.records import NewTask
+from desched.service.scheduler import Scheduler
 from desched.service.store import Store
+from desched.service.writer import wait
 
 
 class FakeTime:
