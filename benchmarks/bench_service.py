@@ -447,7 +447,8 @@ def bench(
     hot_path: bool,
     with_anchor: bool,
 ) -> dict[str, Any]:
-    from desched.service.store import Role, Store
+    from desched.service.records import Role
+    from desched.service.store import Store
 
     variant = "hot path" if hot_path else "FastAPI routes only"
     tmp = Path(tempfile.mkdtemp(prefix=f"bench-service-{kind}-"))

@@ -64,7 +64,9 @@ def demo(quick: bool = False, out: str = "data", run: str | None = None) -> dict
             out[w] = t.train_predictor(
                 workloads[w], str(db_path), str(Path(baseline) / "decision-log.parquet"),
                 baseline, str(dirs["models"]), str(dirs["heldout"] / f"{w}.parquet"), settings)
-            publish_model(out[w].card)
+            card = out[w].card
+            if card is not None:
+                publish_model(card)
         return out
 
     trained = progress.run("train", "train the duration model per workload, predict the rest",

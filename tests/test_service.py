@@ -172,7 +172,8 @@ def backend(
 
 
 def add_principals(db: str) -> Tokens:
-    from desched.service.store import Role, Store
+    from desched.service.records import Role
+    from desched.service.store import Store
 
     store = Store(db)
     try:
@@ -493,7 +494,8 @@ def test_tenants_add_prints_a_token_that_is_stored_hashed(backend: Backend) -> N
     from click.testing import CliRunner
 
     from desched.cli import cli
-    from desched.service.store import Role, Store, hash_token
+    from desched.service.records import Role
+    from desched.service.store import Store, hash_token
 
     db = backend.fresh()
     runner = CliRunner()

@@ -1,4 +1,4 @@
-"""The hot path (``desched.service.app.HotPath``) answers exactly as the FastAPI routes do.
+"""The hot path (``desched.service.hot_path.HotPath``) answers exactly as the FastAPI routes do.
 
 Two services, in-process, each on its own SQLite database with the same tokens and the same
 injected clock: one with the hot path, one without (every request through FastAPI, the
@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from desched.service.app import create_app
+from desched.service.clock import Clock
 from desched.service.decision_log import DecisionLog
-from desched.service.scheduler import Clock, Scheduler
+from desched.service.scheduler import Scheduler
 from desched.service.settings import ServiceSettings
 from desched.service.store import Store, hash_token
 

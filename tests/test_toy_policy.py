@@ -150,7 +150,7 @@ def test_the_report_tables_and_pareto_points_include_the_toy_policy(
         objectives_compared={}, train_rows=240, heldout_rows=400, cut_s=0.0, train_frac=0.6,
         card_test={}, heldout={"model": scores, "global_median": {**scores, "mae_s": 4.0}},
         quantiles={}, training_time_s=1.0, compile_time_s=1.0, latency_us=latency,
-        booster_latency_us=latency, heldout_trace=str(predicted_trace), workers=2, card={})
+        booster_latency_us=latency, heldout_trace=str(predicted_trace), workers=2)
     report = demo.assemble_report(
         run="toy", settings=settings, specs={}, workloads={"steady": workload},
         ingestion=Ingestion(files_seen=1, files_read=1, decisions_loaded=300,

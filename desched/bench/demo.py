@@ -20,7 +20,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import polars as pl
@@ -46,11 +46,14 @@ from desched.bench.specs import policy_spec
 from desched.bench.tuning import TuneSettings
 from desched.bench.weights import WeightsCard
 from desched.errors import DeschedError
+from desched.models.training import ObjectiveName
 from desched.policies import REGISTRY
 from desched.records import Record
 from desched.runs import RunSummary
 from desched.settings import DeschedSettings
-from desched.training import ObjectiveName
+
+if TYPE_CHECKING:
+    from desched.warehouse.report import IngestSummary
 
 Mode = Literal["quick", "full"]
 
@@ -313,9 +316,9 @@ def train_predictor(
     (what the service saw under today's scorer), each only from tasks that had ended before
     the task's submission.
     """
-    from desched import registry, training
-    from desched.features import with_history
-    from desched.predictor import Predictor
+    from desched.models import promotion, training
+    from desched.models.duration import Predictor
+    from desched.models.features import with_history
     from desched.trace import read_trace, write_trace
 
     completions = training.load_warehouse(db_path)
@@ -331,7 +334,8 @@ def train_predictor(
         objectives=settings.train_objectives, quantiles=settings.train_quantiles,
         max_rounds=settings.train_rounds, num_threads=settings.jobs)
     result = training.train(first, train_settings, source=f"{db_path}:{workload.name}")
-    card = registry.register(Path(registry_dir) / workload.name, result)
+    registered = promotion.register(Path(registry_dir) / workload.name, result)
+    card = registered.model_dump(mode="json")
 
     # Held-out part: history from the baseline run's completions, never the training rows.
     runs = pl.read_parquet(Path(baseline_run) / "tasks.parquet")
@@ -386,7 +390,7 @@ def train_predictor(
         booster_latency_us=_latency(slow),
         heldout_trace=heldout_path,
         workers=workload.workers,
-        card=card,
+        card=registered,
     )
 
 
@@ -504,8 +508,8 @@ def over_seeds_rows(cells: list[EvalCell], labels: dict[str, str],
     return aggregate(named, baseline)
 
 
-def ingestion_of(summary: Any) -> Ingestion:
-    """The report's account of an ingestion run (``desched.warehouse.IngestSummary``)."""
+def ingestion_of(summary: IngestSummary) -> Ingestion:
+    """The report's account of an ingestion run (``desched.warehouse.report.IngestSummary``)."""
     return Ingestion(
         files_seen=summary.files_seen,
         files_read=summary.files_read,

@@ -30,7 +30,9 @@ from desched.errors import DeschedError
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK_TYPES = ("extract", "classify", "embed", "ocr_clean")
-QUEUE_LINE = re.compile(r'^desched_queue_length\{tenant="([^"]*)"\} (\d+)$', re.MULTILINE)
+QUEUE_LINE = re.compile(
+    r'^desched_queue_length\{tenant="([^"]*)"\} ([0-9.e+-]+)$', re.MULTILINE
+)
 SCALAR_LINE = re.compile(r"^(desched_[a-z_]+) ([0-9.e+-]+)$", re.MULTILINE)
 
 
@@ -85,7 +87,7 @@ def _process(cmd: list[str], env: dict[str, str], log: Path) -> Iterator[subproc
 
 def _metrics(client: Any) -> tuple[dict[str, int], dict[str, float]]:
     text = client.get("/metrics").text
-    queues = {t: int(n) for t, n in QUEUE_LINE.findall(text)}
+    queues = {t: int(float(n)) for t, n in QUEUE_LINE.findall(text)}
     scalars = {k: float(v) for k, v in SCALAR_LINE.findall(text)}
     return queues, scalars
 
@@ -139,7 +141,8 @@ def live_demo(
     import httpx
 
     from desched.enrich.documents import DEFAULT_SROIE, load_sroie
-    from desched.service.store import Role, Store
+    from desched.service.records import Role
+    from desched.service.store import Store
 
     n_receipts = receipts if receipts is not None else (48 if quick else 626)
     n_workers = n_workers if n_workers is not None else (2 if quick else 3)

@@ -124,7 +124,7 @@ def _store(db: str | None) -> Any:
 def _name(value: str) -> str:
     import re
 
-    from desched.service.models import NAME_PATTERN
+    from desched.service.schemas import NAME_PATTERN
 
     if not re.fullmatch(NAME_PATTERN, value):
         raise DeschedError(
@@ -135,7 +135,7 @@ def _name(value: str) -> str:
 
 
 def _add(role_name: str, name: str, db: str | None) -> None:
-    from desched.service.store import Role
+    from desched.service.records import Role
 
     store = _store(db)
     try:

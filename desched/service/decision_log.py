@@ -13,18 +13,26 @@ is a stable integer code of the worker instance, ``worker_name`` its readable
 A record is written after its state change is committed to the database (by the
 scheduler's writer thread), so a crash between the two loses that record (the database stays
 the source of truth); a record is never written for a change that did not commit.
+``decision_record`` and ``completion_record`` build the records from the scheduler's state.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import threading
 import time
+from concurrent.futures import Future
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+from desched.service.records import LiveTask
+
+if TYPE_CHECKING:
+    from desched.policies.base import Policy
 
 
 def _clean(value: Any) -> Any:
@@ -67,8 +75,81 @@ class DecisionLog:
             out.write(json.dumps(line, allow_nan=False) + "\n")
             self.seq += 1
 
+    def write_after(
+        self, pending: Future[None], kind: str, t: float, record: dict[str, Any]
+    ) -> None:
+        """``write`` once ``pending`` (the change's commit) succeeds; never if it fails."""
+        pending.add_done_callback(
+            lambda done: self.write(kind, t, record) if done.exception() is None else None
+        )
+
     def close(self) -> None:
         with self.lock:
             if self._file is not None:
                 self._file.close()
                 self._file = None
+
+
+def worker_columns(worker: str, worker_id: str) -> dict[str, Any]:
+    """``worker``: a stable Int64 for ``name/worker_id`` (the decision log's worker column is
+    an integer, as in the simulator); ``worker_name``: the readable form."""
+    name = f"{worker}/{worker_id}"
+    code = int.from_bytes(hashlib.sha256(name.encode()).digest()[:7], "big")
+    return {"worker": code, "worker_name": name}
+
+
+def decision_record(
+    task: LiveTask,
+    policy: Policy,
+    *,
+    worker: str,
+    worker_id: str,
+    queue_len: int,
+    tenant_backlog: int,
+    wait_s: float,
+    free_mem_mb: float | None,
+    skipped_unfit: int,
+) -> dict[str, Any]:
+    """The record of ``policy``'s decision to lease ``task``, right after it popped it (its
+    ``score`` and ``parts`` are that decision's); queue sizes as before the decision."""
+    record = {
+        **worker_columns(worker, worker_id),
+        "task_id": task.task_id,
+        "tenant": task.tenant,
+        "policy": policy.name,
+        "score": policy.score,
+        "queue_len": queue_len,
+        "tenant_backlog": tenant_backlog,
+        "wait_s": wait_s,
+        "free_mem_mb": free_mem_mb,
+        "predicted_mem_mb": task.predicted_mem_mb,
+        "skipped_unfit": skipped_unfit,
+    }
+    record.update(zip(policy.components, policy.parts))
+    return record
+
+
+def completion_record(
+    task: LiveTask,
+    worker: str | None,
+    worker_id: str | None,
+    status: str,
+    duration_s: float,
+    peak_mem_mb: float | None,
+) -> dict[str, Any]:
+    """The record of ``task``'s outcome: ``ok``, or ``failed`` once dead-lettered."""
+    return {
+        **worker_columns(worker or "", worker_id or ""),
+        "task_id": task.task_id,
+        "tenant": task.tenant,
+        "task_type": task.task_type,
+        "submit_s": task.submit_s,
+        "start_s": task.start_s,
+        "duration_s": duration_s,
+        "status": status,
+        "peak_mem_mb": peak_mem_mb,
+        "doc_bytes": task.doc_bytes,
+        "pages": task.pages,
+        "predicted_s": task.predicted_s,
+        "predicted_mem_mb": task.predicted_mem_mb,
+    }

@@ -11,6 +11,11 @@ Durability (``durability``): a commit survives a crash of the service process in
 "machine" also makes it survive a crash of the machine or of the database server, at the
 price of one WAL flush per commit, which the single writer cannot overlap.
 
+Every SQL statement of the service is in this module. The scheduler changes tasks only
+through ``Write``s built here (``insert_write``, ``lease_write``, ...): each must change exactly
+one row, and its ``WHERE`` names the state the scheduler believes the row is in, so a write
+that finds the row otherwise fails its batch instead of overwriting it.
+
 A ``Store`` is not thread-safe: the scheduler serialises every call with its lock. Admin
 commands (``desched tenants add``) open their own ``Store`` from another process; SQLite's WAL
 mode and a busy timeout let them write beside a running service.
@@ -20,35 +25,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import secrets
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
 from desched.errors import DeschedError
+from desched.service.records import LiveTask, Role, TaskState
 
 
 class Dialect(StrEnum):
     SQLITE = "sqlite"
     POSTGRES = "postgresql"
-
-
-class Role(StrEnum):
-    """What a token may do: tenants submit and read their tasks, workers poll and report."""
-
-    TENANT = "tenant"
-    WORKER = "worker"
-
-
-class TaskState(StrEnum):
-    QUEUED = "queued"
-    LEASED = "leased"
-    DONE = "done"
-    DEAD = "dead"
 
 
 SCHEMA = (
@@ -109,7 +103,7 @@ _SUBMITTED_COLUMNS = (
     "predicted_s",
 )
 TASK_COLUMNS = (*_SUBMITTED_COLUMNS, "batch_key", "batch_index", "request_sha256", "state")
-"""What a submit inserts, in the order of the scheduler's ``INSERT_TASK`` parameters."""
+"""What a submit inserts, in the order of ``INSERT_TASK``'s parameters."""
 LIVE_COLUMNS = (
     *_SUBMITTED_COLUMNS,
     "state",
@@ -140,13 +134,165 @@ ADDED_COLUMNS = (("predicted_mem_mb", "DOUBLE PRECISION"),)
 """Columns of ``tasks`` added after the first release: ``migrate`` adds them to an old database."""
 _ADVISORY_KEY = 0x64657363  # "desc"
 POLICY_KEY = "policy"
+"""Config row holding the live policy: ``{"name", "params", "set_at"}``."""
 SET_CONFIG = (
     "INSERT INTO config (key, value) VALUES (?, ?) "
     "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 )
 """Write config row ``(key, value)``, replacing an earlier value."""
 POLICY_STATE_KEY = "policy_state"
-"""Config row holding the live policy's per-tenant state (``Scheduler.save_policy_state``)."""
+"""Config row holding the live policy's per-tenant state (``PolicyHost.state_write``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One SQL statement and its parameters that must change exactly one row (the writer
+    fails the whole batch otherwise)."""
+
+    sql: str
+    params: tuple[Any, ...]
+
+
+def _update_sql(values: Sequence[str], expect: Sequence[str]) -> str:
+    sets = ", ".join(f"{k} = ?" for k in values)
+    where = "".join(f" AND {k} = ?" for k in expect)
+    return f"UPDATE tasks SET {sets} WHERE seq = ?{where}"
+
+
+INSERT_TASK = (
+    f"INSERT INTO tasks ({', '.join(TASK_COLUMNS)}) VALUES ({', '.join('?' for _ in TASK_COLUMNS)})"
+)
+LEASE_TASK = _update_sql(
+    ("state", "attempts", "worker", "worker_id", "lease_id", "lease_expires_at", "start_s"),
+    ("state",),
+)
+EXTEND_LEASE = _update_sql(("lease_expires_at",), ("lease_id",))
+COMPLETE_TASK = _update_sql(
+    ("state", "end_s", "duration_s", "peak_mem_mb", "result_ref", "lease_expires_at"),
+    ("state", "lease_id"),
+)
+REQUEUE_TASK = _update_sql(
+    ("state", "error", "lease_expires_at", "lease_id", "worker", "worker_id"),
+    ("state", "lease_id"),
+)
+DEAD_LETTER_TASK = _update_sql(
+    ("state", "error", "lease_expires_at", "end_s"), ("state", "lease_id")
+)
+
+
+def insert_write(
+    task: LiveTask, batch_key: str | None, batch_index: int | None, request_sha256: str | None
+) -> Write:
+    """Insert a submitted task, queued (a NaN ``predicted_s`` is stored as NULL)."""
+    return Write(
+        INSERT_TASK,
+        (
+            task.seq,
+            task.task_id,
+            task.tenant,
+            task.task_type,
+            task.document_ref,
+            task.doc_bytes,
+            task.pages,
+            task.mem_mb,
+            task.predicted_mem_mb,
+            task.submit_s,
+            None if math.isnan(task.predicted_s) else task.predicted_s,
+            batch_key,
+            batch_index,
+            request_sha256,
+            TaskState.QUEUED.value,
+        ),
+    )
+
+
+def lease_write(
+    seq: int,
+    attempt: int,
+    worker: str,
+    worker_id: str,
+    lease_id: str,
+    *,
+    lease_expires_at: float,
+    start_s: float,
+) -> Write:
+    """Lease the queued task ``seq`` to ``worker``: attempt ``attempt`` starts at ``start_s``."""
+    return Write(
+        LEASE_TASK,
+        (
+            TaskState.LEASED.value,
+            attempt,
+            worker,
+            worker_id,
+            lease_id,
+            lease_expires_at,
+            start_s,
+            seq,
+            TaskState.QUEUED.value,
+        ),
+    )
+
+
+def extend_write(seq: int, lease_id: str, lease_expires_at: float) -> Write:
+    """Move the expiry of lease ``lease_id`` of task ``seq`` (a heartbeat)."""
+    return Write(EXTEND_LEASE, (lease_expires_at, seq, lease_id))
+
+
+def complete_write(
+    seq: int,
+    lease_id: str,
+    *,
+    end_s: float,
+    duration_s: float,
+    peak_mem_mb: float | None,
+    result_ref: str | None,
+) -> Write:
+    """Mark task ``seq`` done, if it is still leased under ``lease_id`` (so at most once)."""
+    return Write(
+        COMPLETE_TASK,
+        (
+            TaskState.DONE.value,
+            end_s,
+            duration_s,
+            peak_mem_mb,
+            result_ref,
+            None,
+            seq,
+            TaskState.LEASED.value,
+            lease_id,
+        ),
+    )
+
+
+def requeue_write(seq: int, lease_id: str, error: str) -> Write:
+    """End attempt ``lease_id`` of task ``seq`` with ``error`` and queue the task again."""
+    return Write(
+        REQUEUE_TASK,
+        (
+            TaskState.QUEUED.value,
+            error,
+            None,
+            None,
+            None,
+            None,
+            seq,
+            TaskState.LEASED.value,
+            lease_id,
+        ),
+    )
+
+
+def dead_letter_write(seq: int, lease_id: str, error: str, end_s: float) -> Write:
+    """End attempt ``lease_id`` of task ``seq`` with ``error`` and dead-letter the task."""
+    return Write(
+        DEAD_LETTER_TASK,
+        (TaskState.DEAD.value, error, None, end_s, seq, TaskState.LEASED.value, lease_id),
+    )
+
+
+def policy_state_write(value: str) -> Write:
+    """Record the live policy's saved state (a JSON document) in ``config``."""
+    return Write(SET_CONFIG, (POLICY_STATE_KEY, value))
 
 
 def _pg_errors() -> tuple[type[Exception], ...]:
@@ -303,8 +449,6 @@ class Store:
             ) from None
         self._lock_file = handle
 
-    # Principals -----------------------------------------------------------------------------
-
     def add_principal(self, role: Role, name: str) -> str:
         """Register ``name`` in ``role`` and return its new token (printed once, stored hashed)."""
         token = new_token()
@@ -332,8 +476,6 @@ class Store:
         ).fetchall()
         return [r[0] for r in rows]
 
-    # Config ----------------------------------------------------------------------------------
-
     def get_config(self, key: str) -> str | None:
         row = self.execute("SELECT value FROM config WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
@@ -341,13 +483,19 @@ class Store:
     def set_config(self, key: str, value: str) -> None:
         self.execute(SET_CONFIG, (key, value))
 
+    def recorded_policy(self) -> str | None:
+        """The live policy's config row as recorded (``set_policy``), or None."""
+        return self.get_config(POLICY_KEY)
+
+    def saved_policy_state(self) -> str | None:
+        """The policy state last saved (``policy_state_write``), or None."""
+        return self.get_config(POLICY_STATE_KEY)
+
     def set_policy(self, name: str, params: dict[str, Any]) -> None:
         """Record the live policy; a running service switches to it within one sweep."""
         self.set_config(
             POLICY_KEY, json.dumps({"name": name, "params": params, "set_at": time.time()})
         )
-
-    # Tasks -----------------------------------------------------------------------------------
 
     def max_seq(self) -> int:
         row = self.execute("SELECT MAX(seq) FROM tasks").fetchone()

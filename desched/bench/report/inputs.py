@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import SerializerFunctionWrapHandler, model_serializer
 
+from desched.models.cards import DurationCard
 from desched.records import Record
 from desched.runs import RunSummary
 
@@ -82,8 +83,9 @@ class Latency(Record):
 class PredictorResult(Record):
     """Q3's duration model for one workload: trained on the first ``train_frac`` of the
     trace, registered, scored on the rest against its baselines (``heldout``: name ->
-    ``desched.training.score``), its latency, and the held-out trace it wrote with
-    ``predicted_s``. ``card`` is the registry's card of the version."""
+    ``desched.models.training.score``), its latency, and the held-out trace it wrote with
+    ``predicted_s``. ``card`` is the registry's card of the version (the report reads only
+    the figures copied out of it)."""
 
     workload: str
     version: str
@@ -98,12 +100,12 @@ class PredictorResult(Record):
     heldout: dict[str, dict[str, float | None]]
     quantiles: Any
     training_time_s: float
-    compile_time_s: float
+    compile_time_s: float | None
     latency_us: Latency
     booster_latency_us: Latency
     heldout_trace: str
     workers: int
-    card: dict[str, Any]
+    card: DurationCard | None = None
 
 
 class HeldoutRun(Record):

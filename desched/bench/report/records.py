@@ -234,7 +234,7 @@ class PredictorInfo(ReportRecord):
     latency_us: LatencyInfo
     booster_latency_us: LatencyInfo
     training_time_s: float
-    compile_time_s: float
+    compile_time_s: Num
 
 
 class TenantRatio(ReportRecord):

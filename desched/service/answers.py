@@ -1,0 +1,86 @@
+"""What both request paths answer with: the FastAPI routes (``app``) and the hot path
+(``hot_path``) build a lease, a refusal and a storage failure through these, so that they
+answer byte for byte alike (``tests/test_service_hot_path.py`` checks it).
+
+A state change is answered only after its write commits (``committed``): the event loop
+awaits the writer thread's ``Pending`` without blocking, so requests that arrive while one
+transaction commits share the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from typing import Any
+
+from fastapi.responses import JSONResponse
+
+from desched.errors import DeschedError
+from desched.service.errors import ServiceError, Unavailable
+from desched.service.records import Grant
+from desched.service.writer import Pending
+
+logger = logging.getLogger("desched.service")
+
+COMMIT_TIMEOUT_S = 30.0
+
+
+async def committed(pending: Pending | None) -> None:
+    """Wait, without blocking the event loop, until the writer has committed ``pending``.
+
+    After ``COMMIT_TIMEOUT_S`` the request gets 503; the write may still commit later, which
+    the protocol tolerates: an unheard lease expires, a submit is retried with its key.
+    """
+    if pending is None:
+        return
+    try:
+        await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(pending)), COMMIT_TIMEOUT_S)
+    except TimeoutError:
+        raise Unavailable("the database did not commit in time; retry") from None
+
+
+def lease_json(grant: Grant) -> dict[str, Any]:
+    """The body of a poll answered with a task: the fields of ``LeaseOut``."""
+    t = grant.task
+    return {
+        "task_id": t.task_id,
+        "lease_id": grant.lease_id,
+        "lease_expires_at": grant.lease_expires_at,
+        "attempt": grant.attempt,
+        "tenant": t.tenant,
+        "task_type": t.task_type,
+        "document_ref": t.document_ref,
+        "doc_bytes": t.doc_bytes,
+        "pages": t.pages,
+        "mem_mb": t.mem_mb,
+        "predicted_s": None if math.isnan(t.predicted_s) else t.predicted_s,
+        "predicted_mem_mb": t.predicted_mem_mb,
+    }
+
+
+def refusal(exc: ServiceError | DeschedError) -> JSONResponse:
+    """A refused request: ``{"detail": ...}`` with the error's status (400 for a plain
+    ``DeschedError``)."""
+    status = exc.status if isinstance(exc, ServiceError) else 400
+    return JSONResponse({"detail": str(exc)}, status_code=status)
+
+
+def storage_error(exc: Exception) -> JSONResponse:
+    """A database error: 503, naming only the error's class."""
+    logger.error("storage error: %s", exc)
+    return JSONResponse({"detail": f"storage unavailable ({type(exc).__name__})"}, status_code=503)
+
+
+def storage_errors() -> tuple[type[Exception], ...]:
+    """The database drivers' error classes: a 503, never a 500."""
+    import sqlite3
+
+    found: list[type[Exception]] = [sqlite3.Error]
+    try:
+        import psycopg
+
+        found.append(psycopg.Error)
+    except ImportError:
+        pass
+    return tuple(found)

@@ -1,0 +1,49 @@
+"""Refusals of the live service: each ``ServiceError`` carries the HTTP status it answers with.
+
+Raised by the scheduler and its rooms, and turned into ``{"detail": ...}`` responses by both
+request paths (``answers.refusal``). A refusal leaves the scheduler's state unchanged; a
+``StaleWrite`` (from the writer) is the one that reports memory and database disagreeing,
+after which memory is rebuilt from the database.
+"""
+
+from __future__ import annotations
+
+from desched.errors import DeschedError
+
+
+class ServiceError(DeschedError):
+    """A refused request; ``status`` is its HTTP status."""
+
+    status = 400
+
+
+class Unauthorized(ServiceError):
+    """No bearer token, or one nobody holds."""
+
+    status = 401
+
+
+class Forbidden(ServiceError):
+    """A token of the wrong role, or another worker's lease."""
+
+    status = 403
+
+
+class NotFound(ServiceError):
+    status = 404
+
+
+class Conflict(ServiceError):
+    """A lease that ended or was superseded, or an idempotency key reused for other tasks."""
+
+    status = 409
+
+
+class Unavailable(ServiceError):
+    """The database cannot take the write now (shutting down, unreachable, too slow)."""
+
+    status = 503
+
+
+class StaleWrite(Unavailable):
+    """A conditional write matched fewer rows than it must: memory and database disagree."""

@@ -1,0 +1,71 @@
+"""Predictions made at submit: a task's duration and its peak memory, each once, stored.
+
+The service depends only on the predictor protocols of ``desched.models.interfaces``; either
+model may be absent. ``predicted_s`` is NaN when unknown; ``predicted_mem_mb`` is the larger
+of the submitted ``mem_mb`` hint and the memory model's prediction, None when there is
+neither. A broken memory model never refuses a submit (the hints are used); a prediction that
+is not a finite, non-negative number (positive for durations) counts as none.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+
+from desched.models.interfaces import DurationPredictor, MemoryPredictor
+from desched.service.records import NewTask
+
+logger = logging.getLogger("desched.service")
+
+
+class Predictions:
+    """The duration predictor and the memory model the service loaded (either may be None)."""
+
+    def __init__(self, duration: DurationPredictor | None, memory: MemoryPredictor | None) -> None:
+        self.duration = duration
+        self.memory = memory
+
+    def duration_s(self, tenant: str, item: NewTask, now: float) -> float:
+        """The predicted duration of ``item`` submitted at ``now``, NaN when unknown."""
+        if self.duration is None:
+            return math.nan
+        features = {
+            "tenant": tenant,
+            "task_type": item.task_type,
+            "doc_bytes": item.doc_bytes,
+            "pages": item.pages,
+            "submit_s": now,
+        }
+        predicted = float(self.duration.predict_one(features))
+        return predicted if math.isfinite(predicted) and predicted > 0 else math.nan
+
+    def memory_mb(self, tenant: str, items: Sequence[NewTask]) -> list[float | None]:
+        """``predicted_mem_mb`` of each item: one batched call of the memory model."""
+        model: list[float | None] = [None] * len(items)
+        if self.memory is not None:
+            rows = [
+                {
+                    "tenant": tenant,
+                    "task_type": t.task_type,
+                    "doc_bytes": t.doc_bytes,
+                    "pages": t.pages,
+                }
+                for t in items
+            ]
+            try:
+                model = [
+                    v if math.isfinite(v) and v >= 0 else None for v in self.memory.predict_mb(rows)
+                ]
+            except Exception:  # a broken model must not refuse submits: fall back to hints
+                logger.exception("memory model failed; using the mem_mb hints")
+        out: list[float | None] = []
+        for item, predicted in zip(items, model):
+            known = [v for v in (item.mem_mb, predicted) if v is not None]
+            out.append(max(known) if known else None)
+        return out
+
+    def observe_completion(self, tenant: str, task_type: str, duration_s: float) -> None:
+        """Tell the duration predictor a real duration (it keeps tenant history)."""
+        if self.duration is not None:
+            self.duration.observe_completion(tenant, task_type, duration_s)

@@ -1,0 +1,117 @@
+"""The single writer: a thread that commits the scheduler's queued writes by group commit.
+
+Invariants:
+
+- Queue order is decision order: ``add`` is called under the scheduler's lock, and a batch is
+  committed in one transaction, in queue order. Consecutive writes with the same SQL go to the
+  database as one ``executemany``.
+- A caller hears of its write only through the ``Pending`` that ``add`` returns: resolved
+  after the batch holding it commits, or failed with what made the batch fail. Each ``Write``
+  must change exactly one row; one that changes none fails its batch with ``StaleWrite``.
+- After a failed batch, ``on_failure`` runs (the scheduler rebuilds its memory from the
+  database) before any waiter of the batch wakes up and before the next batch is taken.
+- After ``stop`` no write is accepted (``Unavailable``); what was queued before is committed.
+
+One transaction per batch instead of per request amortises the round trip and the WAL flush
+that a single writer cannot overlap: requests that arrive while one batch commits share the
+next.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+
+from desched.service.errors import StaleWrite, Unavailable
+from desched.service.store import Store, Write
+
+logger = logging.getLogger("desched.service")
+
+Pending = Future[None]
+"""Resolves once the change is committed; raises what made its batch fail."""
+
+
+def wait(pending: Pending | None, timeout: float | None = 30.0) -> None:
+    """Block until ``pending`` is committed (synchronous callers and tests)."""
+    if pending is not None:
+        pending.result(timeout)
+
+
+class Writer(threading.Thread):
+    """Group commit over ``store`` (a connection of its own); see the module docstring."""
+
+    def __init__(self, store: Store, on_failure: Callable[[BaseException], None]) -> None:
+        super().__init__(name="desched-writer", daemon=True)
+        self.store = store
+        self.on_failure = on_failure
+        self.cond = threading.Condition()
+        self.writes: list[Write] = []
+        self.waiters: list[Pending] = []
+        self.stopping = False
+        self.batches = 0
+
+    def add(self, writes: Sequence[Write]) -> Pending:
+        """Queue ``writes`` (possibly none: a barrier) for the next batch."""
+        done: Pending = Future()
+        with self.cond:
+            if self.stopping:
+                raise Unavailable("the service is shutting down")
+            self.writes.extend(writes)
+            self.waiters.append(done)
+            self.cond.notify()
+        return done
+
+    def fail_queued(self, exc: BaseException) -> None:
+        """Fail every write queued but not yet taken (their memory state is being reset)."""
+        with self.cond:
+            waiters, self.writes, self.waiters = self.waiters, [], []
+        for w in waiters:
+            w.set_exception(exc)
+
+    def stop(self) -> None:
+        """Commit what is queued, then end the thread."""
+        with self.cond:
+            self.stopping = True
+            self.cond.notify()
+        if self.ident is not None:
+            self.join(timeout=30)
+
+    def run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.writes and not self.waiters and not self.stopping:
+                    self.cond.wait()
+                if not self.writes and not self.waiters:
+                    return
+                writes, waiters = self.writes, self.waiters
+                self.writes, self.waiters = [], []
+            try:
+                self.commit(writes)
+            except BaseException as exc:  # noqa: BLE001 - every waiter must hear of it
+                try:
+                    self.on_failure(exc)  # memory is rebuilt before any waiter wakes up
+                except Exception:  # the writer must outlive a failed recovery
+                    logger.exception("recovery after a failed commit failed")
+                for w in waiters:
+                    w.set_exception(exc)
+                continue
+            self.batches += 1
+            for w in waiters:
+                w.set_result(None)
+
+    def commit(self, writes: list[Write]) -> None:
+        """One transaction: every write changes its one row, or none is kept."""
+        if not writes:
+            return
+        with self.store.transaction():
+            for sql, group in itertools.groupby(writes, key=lambda w: w.sql):
+                rows = [w.params for w in group]
+                changed = self.store.executemany(sql, rows)
+                if changed != len(rows):
+                    raise StaleWrite(
+                        f"{len(rows) - changed} of {len(rows)} conditional writes matched no "
+                        "row (memory and database disagree; state reloaded)"
+                    )
