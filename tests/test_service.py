@@ -509,7 +509,7 @@ def test_tenants_add_prints_a_token_that_is_stored_hashed(backend: Backend) -> N
     assert worker.exit_code == 0
     store = Store(db)
     try:
-        assert store.principal(hash_token(token)) == (Role.TENANT, "acme")
+        assert store.principal(hash_token(token))[:2] == (Role.TENANT, "acme")
         stored = store.execute("SELECT token_sha256 FROM principals").fetchall()
         assert all(token not in row[0] for row in stored)
     finally:
