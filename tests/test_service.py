@@ -59,7 +59,9 @@ class Service:
     proc: subprocess.Popen[bytes] | None = None
     url: str = ""
 
-    def start(self) -> Service:
+    def start(self, standby: bool = False) -> Service:
+        """Start and wait until ``/healthz`` says it serves (200), or, with ``standby``,
+        that it stands by (503, role standby)."""
         port = free_port()
         env = {
             **os.environ,
@@ -85,7 +87,10 @@ class Service:
                 err = self.proc.stderr.read().decode() if self.proc.stderr else ""
                 raise RuntimeError(f"service exited with {self.proc.returncode}:\n{err}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
+                r = httpx.get(f"{self.url}/healthz", timeout=1.0)
+                if r.status_code == 200 and not standby:
+                    return self
+                if r.status_code == 503 and standby and r.json().get("role") == "standby":
                     return self
             except httpx.TransportError:
                 pass
