@@ -687,6 +687,7 @@ def test_a_service_killed_under_load_loses_no_accepted_task_and_completes_none_t
         service.stop()
     assert not load.errors, load.errors[:5]
     assert accepted_before > 0 and len(load.accepted) > accepted_before
+    print(f"{backend.kind}: {len(load.accepted)} tasks accepted, {accepted_before} before the kill")
 
     from desched.service.store import Store
 
