@@ -122,15 +122,11 @@ def cpu_s() -> float:
 
 
 def child_desched(logs: Path, db: Path, every_row: bool) -> dict[str, Any]:
-    from desched.validation import gx_auditor
-    from desched.warehouse import (
-        IngestSettings,
-        audit_samples,
-        ingest_file,
-        open_warehouse,
-        plan,
-        table_counts,
-    )
+    from desched.warehouse.audit import audit_samples, gx_auditor
+    from desched.warehouse.ledger import plan
+    from desched.warehouse.load import ingest_file
+    from desched.warehouse.schema import open_warehouse, table_counts
+    from desched.warehouse.settings import IngestSettings
 
     settings = IngestSettings(audit_rows=None) if every_row else IngestSettings()
     t0 = time.perf_counter()

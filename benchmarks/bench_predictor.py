@@ -73,9 +73,9 @@ def main() -> None:
 
     import lleaves
 
-    from desched.predictor import Predictor
-    from desched.registry import register
-    from desched.training import train
+    from desched.models.duration import Predictor
+    from desched.models.promotion import register
+    from desched.models.training import train
     from desched.workloads import generate
 
     frame = generate("steady", tasks=args.tasks, tenants=20, seed=1)
@@ -86,7 +86,7 @@ def main() -> None:
     booster = predictor.booster()
     forest = predictor._forest
     ll = lleaves.Model(model_file=str(predictor.model_path))
-    ll.compile(cache=str(registry / card["version"] / "model.so"))
+    ll.compile(cache=str(registry / card.version / "model.so"))
 
     big = generate("steady", tasks=args.batch, tenants=20, seed=2)
     x = predictor.features_of(big)
@@ -153,11 +153,11 @@ def main() -> None:
     payload: dict[str, Any] = {
         "machine": info,
         "model": {
-            "version": card["version"],
-            "objective": card["objective"],
+            "version": card.version,
+            "objective": card.objective,
             "trees": booster.num_trees(),
             "features": booster.num_feature(),
-            "compile_time_s": card["compile_time_s"],
+            "compile_time_s": card.compile_time_s,
         },
         "max_abs_diff_vs_booster": diffs,
         "single_row_us": single,
@@ -167,8 +167,8 @@ def main() -> None:
     }
     path = write_json("predictor.json", payload)
     print(
-        f"model: {card['objective']}, {booster.num_trees()} trees, {booster.num_feature()} "
-        f"features; lleaves compile {card['compile_time_s']:.1f} s; max |diff| {diffs}"
+        f"model: {card.objective}, {booster.num_trees()} trees, {booster.num_feature()} "
+        f"features; lleaves compile {card.compile_time_s or 0.0:.1f} s; max |diff| {diffs}"
     )
     print()
     print(

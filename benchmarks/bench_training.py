@@ -2,9 +2,10 @@
 
 Method: ``desched.workloads.generate("steady", tasks=N)`` builds the trace (not timed in the
 training figure); then, timed separately, the leakage-safe history features
-(``desched.features.with_history``), the whole ``desched.training.train`` (features, four
-objectives compared, p50 and p90 quantile models, baselines and metrics; default settings:
-at most 400 rounds, early stopping after 30), and the lleaves compilation of the chosen model.
+(``desched.models.features.with_history``), the whole ``desched.models.training.train``
+(features, four objectives compared, p50 and p90 quantile models, baselines and metrics;
+default settings: at most 400 rounds, early stopping after 30), and the lleaves compilation
+of the chosen model.
 One run (training is deterministic; its time is long against timer noise).
 
     .venv/bin/python benchmarks/bench_training.py              # 1M tasks
@@ -32,9 +33,9 @@ def main() -> None:
     parser.add_argument("--tenants", type=int, default=100)
     args = parser.parse_args()
 
-    from desched.features import with_history
-    from desched.predictor import compile_model
-    from desched.training import train
+    from desched.models.duration import compile_model
+    from desched.models.features import with_history
+    from desched.models.training import train
     from desched.workloads import generate
 
     t0 = time.perf_counter()

@@ -152,10 +152,14 @@ def enrichment_worker(
 
 @flow(name="retrain-memory-model", log_prints=True)
 def retrain_memory_model(db_path: str = DEFAULT_DB, out: str = "models/memory") -> dict[str, Any]:
-    """Train the peak-memory model on the warehouse's completion records and save it to
-    ``out`` (read by ``desched serve`` through DESCHED_MEMORY_MODEL)."""
+    """Train the peak-memory model on the warehouse's completion records and register it as
+    the champion of the registry ``out`` (read by ``desched serve`` through
+    DESCHED_MEMORY_MODEL); returns its card."""
     from tasks.enrich import train_memory
 
     card = train_memory(db_path, out)
-    print(f"memory model: {card['rows']} rows, held-out MAE {card['metrics']['mae_mb']:.2f} MiB")
+    print(
+        f"memory model {card['version']}: {card['rows']} rows, "
+        f"held-out MAE {card['metrics']['mae_mb']:.2f} MiB"
+    )
     return card

@@ -5,21 +5,15 @@ Entrypoint of the ``ingest-logs`` deployment (prefect.yaml), also run by ``desch
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from prefect import flow
 
 from desched.errors import DeschedError
-from desched.validation import AuditResult, TaskTypes
-from desched.warehouse import (
-    DEFAULT_DB,
-    DEFAULT_LOGS,
-    AuditQueue,
-    FileReport,
-    IngestSettings,
-    IngestSummary,
-    summarize,
-)
+from desched.warehouse.audit import AuditQueue, AuditResult
+from desched.warehouse.ledger import FileReport
+from desched.warehouse.report import IngestSummary, summarize
+from desched.warehouse.rules import TaskTypes
+from desched.warehouse.schema import DEFAULT_DB, DEFAULT_LOGS
+from desched.warehouse.settings import IngestSettings
 from tasks.ingest import (
     audit_with_gx,
     count_warehouse_rows,
@@ -41,7 +35,7 @@ def ingest_logs(
     warehouse at ``db_path``; quarantine what breaks a rule; publish the run's report.
 
     ``task_types``: the known task types, comma-separated names and ``re:``-prefixed patterns
-    (default: ``desched.validation.KNOWN_TASK_TYPES`` and SWF's ``app<n>``/``q<n>``).
+    (default: ``desched.warehouse.rules.KNOWN_TASK_TYPES`` and SWF's ``app<n>``/``q<n>``).
     ``gx_every_row``: let Great Expectations check every row, not an audit sample.
 
     A file that cannot be read is quarantined whole and the run goes on. A file whose load
@@ -52,7 +46,7 @@ def ingest_logs(
     """
     settings = IngestSettings(task_types=TaskTypes.parse(task_types))
     if gx_every_row:
-        settings = replace(settings, audit_rows=None)
+        settings = IngestSettings(task_types=settings.task_types, audit_rows=None)
     prepare_warehouse(db_path)
     work, unchanged = plan_ingestion(logs_dir, db_path, settings)
     reports: list[FileReport] = []

@@ -14,8 +14,8 @@ from typing import Any
 from prefect import flow
 
 from desched.errors import DeschedError
-from desched.training import TrainSettings
-from desched.warehouse import DEFAULT_DB
+from desched.models.training import TrainSettings
+from desched.warehouse.schema import DEFAULT_DB
 from tasks.retrain import load_training_data, publish_report, register_version, train_duration_model
 
 DEFAULT_REGISTRY = "models/duration"
@@ -41,12 +41,12 @@ def retrain_duration_model(
     result = train_duration_model(frame, settings, source=str(db or trace))
     card = register_version(registry, result)
     publish_report(card)
-    print(f"{card['version']} {card['verdict']}: {card['reason']}")
+    print(f"{card.version} {card.verdict}: {card.reason}")
     return {
-        "version": card["version"],
-        "verdict": card["verdict"],
-        "reason": card["reason"],
-        "objective": card["objective"],
-        "metrics": card["metrics"],
-        "baselines": card["baselines"],
+        "version": card.version,
+        "verdict": card.verdict,
+        "reason": card.reason,
+        "objective": card.objective,
+        "metrics": card.metrics.model_dump(),
+        "baselines": {name: b.model_dump() for name, b in card.baselines.items()},
     }

@@ -1,6 +1,6 @@
 """Duration model on the real SWF logs: held-out metrics of the model against the baselines.
 
-For each log in ../shared/data/traces, imports it (``desched.training.load_trace_or_swf``:
+For each log in ../shared/data/traces, imports it (``desched.models.training.load_trace_or_swf``:
 ``desched.swf.import_swf`` plus the queue waits, so that a job counts as history only once it
 has really ended), trains with default settings and prints the markdown tables that go into
 docs/duration-model.md. Writes nothing else.
@@ -25,7 +25,7 @@ def fmt(value: float | None, digits: int) -> str:
 def main() -> None:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from desched.training import load_trace_or_swf, train
+    from desched.models.training import load_trace_or_swf, train
 
     for name in LOGS:
         frame = load_trace_or_swf(TRACES / name)

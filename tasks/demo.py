@@ -21,7 +21,7 @@ from prefect.cache_policies import NONE
 
 from desched import report as rep
 from desched.errors import DeschedError
-from desched.training import ObjectiveName
+from desched.models.training import ObjectiveName
 
 Mode = Literal["quick", "full"]
 
@@ -257,9 +257,9 @@ def train_predictor(
     (what the service saw under today's scorer), each only from tasks that had ended before
     the task's submission.
     """
-    from desched import registry, training
-    from desched.features import with_history
-    from desched.predictor import Predictor
+    from desched.models import promotion, training
+    from desched.models.duration import Predictor
+    from desched.models.features import with_history
     from desched.trace import read_trace, write_trace
 
     completions = training.load_warehouse(db_path)
@@ -275,7 +275,8 @@ def train_predictor(
         objectives=settings.train_objectives, quantiles=settings.train_quantiles,
         max_rounds=settings.train_rounds, num_threads=settings.jobs)
     result = training.train(first, train_settings, source=f"{db_path}:{workload.name}")
-    card = registry.register(Path(registry_dir) / workload.name, result)
+    registered = promotion.register(Path(registry_dir) / workload.name, result)
+    card = registered.model_dump(mode="json")
 
     # Held-out part: history from the baseline run's completions, never the training rows.
     runs = pl.read_parquet(Path(baseline_run) / "tasks.parquet")
@@ -330,7 +331,7 @@ def train_predictor(
         "booster_latency_us": _latency(slow),
         "heldout_trace": heldout_path,
         "workers": workload.workers,
-        "card": card,
+        "card": registered,
     }
 
 

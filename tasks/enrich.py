@@ -118,14 +118,15 @@ def report_batch(
 
 @task(name="train-memory-model", **_WAREHOUSE_IO)
 def train_memory(db_path: str, out: str) -> dict[str, Any]:
-    """Completion records of the warehouse -> peak-memory model in ``out``; its card."""
-    from desched.enrich.memory_model import train_memory_model
+    """Completion records of the warehouse -> a new version of the peak-memory model registry
+    ``out``, promoted to champion; its card, as JSON."""
+    from desched.models.memory_training import train_memory_model
+    from desched.models.promotion import register
 
     con = duckdb.connect(db_path, read_only=True)
     try:
         frame = con.sql("SELECT * FROM completions").pl()
     finally:
         con.close()
-    model = train_memory_model(frame, source=f"{db_path}:completions")
-    model.save(out)
-    return model.card
+    result = train_memory_model(frame, source=f"{db_path}:completions")
+    return register(out, result).model_dump(mode="json")

@@ -16,19 +16,12 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from desched.validation import AuditResult, gx_auditor
-from desched.warehouse import (
-    FileReport,
-    FileWork,
-    IngestSettings,
-    IngestSummary,
-    open_warehouse,
-    plan,
-    report_markdown,
-    report_table,
-    table_counts,
-)
-from desched.warehouse import ingest_file as load_file
+from desched.warehouse.audit import AuditResult, gx_auditor
+from desched.warehouse.ledger import FileReport, FileWork, plan
+from desched.warehouse.load import ingest_file as load_file
+from desched.warehouse.report import IngestSummary, report_markdown, report_table
+from desched.warehouse.schema import open_warehouse, table_counts
+from desched.warehouse.settings import IngestSettings
 
 
 def _transient(task: Any, task_run: Any, state: Any) -> bool:

@@ -15,9 +15,10 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.context import TaskRunContext
 
-from desched import registry, training
-from desched.predictor import file_sha256
-from desched.training import TrainResult, TrainSettings
+from desched.models import promotion, training
+from desched.models.cards import DurationCard
+from desched.models.registry import file_sha256
+from desched.models.training import TrainResult, TrainSettings
 
 
 def _content_key(context: TaskRunContext, parameters: dict[str, Any]) -> str | None:
@@ -51,46 +52,42 @@ def train_duration_model(frame: pl.DataFrame, settings: TrainSettings, source: s
 
 
 @task
-def register_version(registry_dir: str, result: TrainResult) -> dict[str, Any]:
+def register_version(registry_dir: str, result: TrainResult) -> DurationCard:
     """Write the version, apply the promotion rule, return its card."""
-    return registry.register(registry_dir, result)
+    return promotion.register(registry_dir, result)
 
 
-def report_markdown(card: dict[str, Any]) -> str:
+def report_markdown(card: DurationCard) -> str:
     """The card as a person reads it: metrics against the baselines and the verdict."""
 
     def fmt(value: float | None, digits: int = 3) -> str:
         return "n/a" if value is None else f"{value:.{digits}f}"
 
+    window = card.data_window
     lines = [
-        f"# Duration model {card['version']}: **{card['verdict']}**",
+        f"# Duration model {card.version}: **{card.verdict}**",
         "",
-        f"Reason: {card['reason']}.",
+        f"Reason: {card.reason}.",
         "",
         (
-            f"Objective `{card['objective']}` (chosen by valid-slice MAE); data "
-            f"{card['data_window']['source']}, {card['data_window']['rows']} tasks; held-out "
-            f"slice {card['data_window']['test']['rows']} tasks "
-            f"(fingerprint `{card['data_window']['heldout_fingerprint']}`)."
+            f"Objective `{card.objective}` (chosen by valid-slice MAE); data "
+            f"{window.source}, {window.rows} tasks; held-out slice {window.test.rows} tasks "
+            f"(fingerprint `{window.heldout_fingerprint}`)."
         ),
         "",
         "| predictor | MAE (s) | MdAPE (%) | Spearman |",
         "|---|---:|---:|---:|",
     ]
-    m = card["metrics"]
-    lines.append(
-        f"| **model** | {fmt(m['mae_s'])} | {fmt(m['mdape_pct'], 1)} | {fmt(m['spearman'])} |"
-    )
-    for name, b in card["baselines"].items():
-        lines.append(
-            f"| {name} | {fmt(b['mae_s'])} | {fmt(b['mdape_pct'], 1)} | {fmt(b['spearman'])} |"
-        )
+    m = card.metrics
+    lines.append(f"| **model** | {fmt(m.mae_s)} | {fmt(m.mdape_pct, 1)} | {fmt(m.spearman)} |")
+    for name, b in card.baselines.items():
+        lines.append(f"| {name} | {fmt(b.mae_s)} | {fmt(b.mdape_pct, 1)} | {fmt(b.spearman)} |")
     lines += ["", "| objective | valid MAE (s) | test MAE (s) | trees |", "|---|---:|---:|---:|"]
-    for name, o in card["objectives_compared"].items():
+    for name, o in card.objectives_compared.items():
         lines.append(
-            f"| {name} | {fmt(o['valid_mae_s'])} | {fmt(o['test_mae_s'])} | {int(o['trees'])} |"
+            f"| {name} | {fmt(o.valid_mae_s)} | {fmt(o.test_mae_s)} | {int(o.trees)} |"
         )
-    q = card["quantile_metrics"]
+    q = card.quantile_metrics
     if q:
         lines += [
             "",
@@ -98,23 +95,23 @@ def report_markdown(card: dict[str, Any]) -> str:
             + ", ".join(f"{k} {fmt(v)}" for k, v in q.items())
             + ".",
         ]
-    lines += ["", f"Training {fmt(card['training_time_s'], 1)} s; git `{card['git_commit']}`."]
+    lines += ["", f"Training {fmt(card.training_time_s, 1)} s; git `{card.git_commit}`."]
     return "\n".join(lines) + "\n"
 
 
 @task
-def publish_report(card: dict[str, Any]) -> None:
+def publish_report(card: DurationCard) -> None:
     """A markdown artifact (metrics vs baselines, verdict) and a table artifact of metrics."""
     create_markdown_artifact(
         markdown=report_markdown(card),
         key="duration-model-report",
-        description=f"Duration model {card['version']}: {card['verdict']}",
+        description=f"Duration model {card.version}: {card.verdict}",
     )
-    rows = [{"predictor": "model", **card["metrics"]}] + [
-        {"predictor": name, **b} for name, b in card["baselines"].items()
+    rows = [{"predictor": "model", **card.metrics.model_dump()}] + [
+        {"predictor": name, **b.model_dump()} for name, b in card.baselines.items()
     ]
     create_table_artifact(
         table=rows,
         key="duration-model-metrics",
-        description=f"{card['version']} ({card['verdict']}): {card['reason']}",
+        description=f"{card.version} ({card.verdict}): {card.reason}",
     )

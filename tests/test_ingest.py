@@ -13,16 +13,13 @@ import pytest
 from desched.policies import make_policy
 from desched.runs import write_run
 from desched.simulator import simulate
-from desched.validation import Rule, TaskTypes, gx_auditor
-from desched.warehouse import (
-    IngestSettings,
-    audit_samples,
-    ingest_file,
-    open_warehouse,
-    plan,
-    summarize,
-    table_counts,
-)
+from desched.warehouse.audit import audit_samples, gx_auditor
+from desched.warehouse.ledger import plan
+from desched.warehouse.load import ingest_file
+from desched.warehouse.report import summarize
+from desched.warehouse.rules import Rule, TaskTypes
+from desched.warehouse.schema import open_warehouse, table_counts
+from desched.warehouse.settings import IngestSettings
 from tests.builders import T, make_frame, make_tasks
 
 DROP = object()
@@ -376,7 +373,7 @@ def test_known_task_types_take_names_and_patterns():
 
 
 def test_a_gx_verdict_that_differs_from_the_rules_fails_the_file_before_it_commits(tmp_path):
-    from desched.validation import RuleMismatch
+    from desched.warehouse.audit import RuleMismatch
 
     logs, db = tmp_path / "logs", tmp_path / "w.duckdb"
     write_jsonl(logs / "a-log.jsonl", BAD_LOG)
@@ -390,7 +387,7 @@ def test_a_gx_verdict_that_differs_from_the_rules_fails_the_file_before_it_commi
 
 
 def test_the_run_audit_checks_the_sample_that_the_load_kept(tmp_path):
-    from desched.validation import RuleMismatch
+    from desched.warehouse.audit import RuleMismatch
 
     logs, db = tmp_path / "logs", tmp_path / "w.duckdb"
     write_jsonl(logs / "a-log.jsonl", BAD_LOG)

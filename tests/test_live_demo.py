@@ -69,5 +69,6 @@ def test_live_demo_drains_every_tenant_and_retrains_on_its_logs(tmp_path: Path) 
     duration = out / "models" / "duration"
     champion = (duration / "CHAMPION").read_text().strip()
     assert (duration / champion / "card.json").exists()
-    assert (out / "models" / "memory" / "model.txt").exists()
+    memory = out / "models" / "memory"
+    assert (memory / (memory / "CHAMPION").read_text().strip() / "model.txt").exists()
     assert "per tenant: tasks done / submitted" in run.stdout

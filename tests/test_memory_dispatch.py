@@ -208,7 +208,9 @@ def test_the_memory_model_learns_peak_memory_from_completion_records(tmp_path: P
     import numpy as np
     import polars as pl
 
-    from desched.enrich.memory_model import load_memory_model, train_memory_model
+    from desched.models.memory import load
+    from desched.models.memory_training import train_memory_model
+    from desched.models.promotion import register
     from desched.service.app import load_memory_model as service_loads
 
     rng = np.random.default_rng(0)
@@ -226,13 +228,16 @@ def test_the_memory_model_learns_peak_memory_from_completion_records(tmp_path: P
             "status": ["ok"] * n,
         }
     )
-    model = train_memory_model(completions)
-    metrics = model.card["metrics"]
-    assert metrics["mae_mb"] < metrics["baseline_type_median_mae_mb"]
-    folder = model.save(tmp_path / "memory")
-    again = load_memory_model(folder)
+    result = train_memory_model(completions)
+    assert result.metrics.mae_mb < result.metrics.baseline_type_median_mae_mb
+    folder = tmp_path / "memory"
+    card = register(folder, result)
+    assert (card.version, card.verdict, (folder / "CHAMPION").read_text()) == (
+        "v0001", "promoted", "v0001\n"
+    )
+    again = load(folder)
     rows = [{"task_type": "embed", "doc_bytes": 1000, "pages": 1}, {"task_type": "extract"}]
-    assert again.predict_mb(rows) == model.predict_mb(rows)
+    assert again.predict_mb(rows) == result.model.predict_mb(rows)
     assert 120 < again.predict_mb(rows)[0] < 140
     assert service_loads(folder) is not None and service_loads(tmp_path / "none") is None
 

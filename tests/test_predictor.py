@@ -16,16 +16,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from desched.features import HISTORY, with_history
-from desched.predictor import (
+from desched.models.duration import (
     FALLBACK_POLICY,
     Predictor,
-    PredictorUnavailable,
     load_or_none,
     policy_without_prediction,
 )
-from desched.registry import Registry, register
-from desched.training import TrainSettings, train
+from desched.models.features import HISTORY, with_history
+from desched.models.promotion import register
+from desched.models.registry import ModelUnavailable, Registry
+from desched.models.training import TrainSettings, train
 from desched.workloads import generate
 
 
@@ -136,21 +136,21 @@ def test_predict_one_reads_history_only_from_reported_completions(registry: Path
 
 
 def test_a_missing_registry_gives_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(PredictorUnavailable, match="no champion model"):
+    with pytest.raises(ModelUnavailable, match="no champion model"):
         Predictor.load(tmp_path / "nothing")
 
 
 def test_a_corrupt_model_file_gives_a_clear_error(registry: Path, tmp_path: Path) -> None:
     root = copy_registry(registry, tmp_path)
     (root / "v0001" / "model.txt").write_text("tree\nnot a model\n")
-    with pytest.raises(PredictorUnavailable, match="model file is corrupt"):
+    with pytest.raises(ModelUnavailable, match="model file is corrupt"):
         Predictor.load(root)
 
 
 def test_a_deleted_model_file_gives_a_clear_error(registry: Path, tmp_path: Path) -> None:
     root = copy_registry(registry, tmp_path)
     (root / "v0001" / "model.txt").unlink()
-    with pytest.raises(PredictorUnavailable, match="model file is missing"):
+    with pytest.raises(ModelUnavailable, match="model file is missing"):
         Predictor.load(root)
 
 
@@ -159,10 +159,10 @@ def test_a_corrupt_card_or_champion_pointer_gives_a_clear_error(
 ) -> None:
     root = copy_registry(registry, tmp_path)
     (root / "v0001" / "card.json").write_text("{not json")
-    with pytest.raises(PredictorUnavailable, match="unreadable model card"):
+    with pytest.raises(ModelUnavailable, match="unreadable model card"):
         Predictor.load(root)
     (root / "CHAMPION").write_text("v0042\n")
-    with pytest.raises(PredictorUnavailable, match="has no card"):
+    with pytest.raises(ModelUnavailable, match="has no card"):
         Predictor.load(root)
 
 
@@ -185,10 +185,12 @@ def test_a_missing_model_lets_the_scheduler_fall_back_to_a_policy_without_predic
     assert policy_without_prediction("fifo", False, False) == "fifo"
 
 
-def test_the_predictor_runtime_imports_neither_prefect_nor_lightgbm() -> None:
+def test_the_model_layer_imports_no_prefect_lightgbm_duckdb_service_or_enrichment() -> None:
     code = (
-        "import sys, desched.predictor, desched.registry, desched.training, desched.features;"
-        "bad = [m for m in ('prefect', 'lightgbm', 'lleaves') if m in sys.modules];"
+        "import sys, desched.models.duration, desched.models.memory, desched.models.loading,"
+        " desched.models.promotion, desched.models.training, desched.models.memory_training;"
+        "bad = [m for m in ('prefect', 'lightgbm', 'lleaves', 'duckdb', 'desched.service',"
+        " 'desched.enrich') if m in sys.modules];"
         "print(bad); sys.exit(1 if bad else 0)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
@@ -197,7 +199,7 @@ def test_the_predictor_runtime_imports_neither_prefect_nor_lightgbm() -> None:
 
 def test_the_registry_listing_marks_the_champion(registry: Path) -> None:
     rows = Registry(registry).listing()
-    assert [(r["version"], r["champion"], r["verdict"]) for r in rows] == [
+    assert [(r.version, r.champion, r.verdict) for r in rows] == [
         ("v0001", True, "promoted")
     ]
     card = json.loads((registry / "v0001" / "card.json").read_text())

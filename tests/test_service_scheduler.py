@@ -264,7 +264,12 @@ def test_a_restart_keeps_the_leases_of_running_tasks_until_they_expire(
 def test_the_ingestion_flow_loads_the_live_log_without_quarantining_a_record(
     tmp_path: Path, now: FakeTime
 ) -> None:
-    warehouse = pytest.importorskip("desched.warehouse")
+    pytest.importorskip("duckdb")
+    from desched.warehouse.ledger import plan
+    from desched.warehouse.load import ingest_file
+    from desched.warehouse.schema import open_warehouse, table_counts
+    from desched.warehouse.settings import IngestSettings
+
     sched = make_scheduler(tmp_path / "state.db", now)
     try:
         _, retried, dead = submit(sched, "a", 2) + submit(sched, "b")
@@ -282,13 +287,13 @@ def test_the_ingestion_flow_loads_the_live_log_without_quarantining_a_record(
         assert (retried, 2) in attempts and len(attempts) == 4
     finally:
         sched.stop()
-    con = warehouse.open_warehouse(tmp_path / "wh.duckdb")
-    settings = warehouse.IngestSettings(duckdb_memory_limit=None)  # GX samples: not run here
-    work, _ = warehouse.plan(con, tmp_path / "logs", settings)
+    con = open_warehouse(tmp_path / "wh.duckdb")
+    settings = IngestSettings(duckdb_memory_limit=None)  # GX samples: not run here
+    work, _ = plan(con, tmp_path / "logs", settings)
     assert len(work) == 1
     for item in work:
-        warehouse.ingest_file(con, item, settings)
-    counts = warehouse.table_counts(con)
+        ingest_file(con, item, settings)
+    counts = table_counts(con)
     assert counts["quarantine"] == 0, con.execute("SELECT rule, detail FROM quarantine").fetchall()
     assert counts["decisions"] == 4 and counts["completions"] == 3
     con.close()

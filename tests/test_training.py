@@ -14,10 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from desched.cli import cli
-from desched.features import HISTORY, with_history
-from desched.registry import Registry, decide, register
+from desched.models.features import HISTORY, with_history
+from desched.models.promotion import decide, register
+from desched.models.registry import Registry
+from desched.models.training import OBJECTIVES, Split, TrainResult, TrainSettings, train
 from desched.trace import write_trace
-from desched.training import OBJECTIVES, Split, TrainResult, TrainSettings, train
 from desched.workloads import generate
 
 FAST = TrainSettings(max_rounds=120, early_stopping_rounds=20)
@@ -190,20 +191,21 @@ def test_a_better_version_is_promoted_and_a_worse_one_is_kept_as_rejected_with_i
 ) -> None:
     reg = Registry(tmp_path / "duration")
     weak = register(reg.root, train(small_trace(), WEAK), commit="abc")
-    assert (weak["verdict"], reg.champion()) == ("promoted", "v0001")
+    assert (weak.verdict, reg.champion()) == ("promoted", "v0001")
 
     good = register(reg.root, trained, commit="abc")
-    assert (good["verdict"], reg.champion()) == ("promoted", "v0002")
-    assert good["promotion"]["champion_before"] == "v0001"
-    assert good["promotion"]["champion_mae_s"] > good["promotion"]["challenger_mae_s"]
+    assert (good.verdict, reg.champion()) == ("promoted", "v0002")
+    assert good.promotion.champion_before == "v0001"
+    assert good.promotion.champion_mae_s is not None
+    assert good.promotion.champion_mae_s > good.promotion.challenger_mae_s
 
     worse = register(reg.root, train(small_trace(), WEAK), commit="abc")
-    assert worse["verdict"] == "rejected"
-    assert "does not beat champion v0002" in worse["reason"]
+    assert worse.verdict == "rejected"
+    assert "does not beat champion v0002" in worse.reason
     assert reg.champion() == "v0002"
     assert reg.versions() == ["v0001", "v0002", "v0003"]
     card = json.loads((reg.root / "v0003" / "card.json").read_text())
-    assert card["verdict"] == "rejected" and card["reason"] == worse["reason"]
+    assert card["verdict"] == "rejected" and card["reason"] == worse.reason
     for name in ("model.txt", "model.so", "card.json"):
         assert (reg.root / "v0003" / name).is_file()
 
@@ -212,14 +214,14 @@ def test_the_card_records_features_window_metrics_baselines_and_commit(
     tmp_path: Path, trained: TrainResult
 ) -> None:
     card = register(tmp_path / "r", trained, commit="deadbeef")
-    tenants = card["features"]["categories"]["tenant"]
+    tenants = card.features.categories["tenant"]
     assert tenants == sorted(tenants) == trained.spec.categories["tenant"]
-    assert card["features"]["size_features"] == ["doc_bytes", "pages"]
-    assert set(card["baselines"]) == {"global_median", "tenant_type_mean", "tenant_last2_mean"}
-    assert all(card["beats_baselines"].values())
-    assert card["git_commit"] == "deadbeef"
-    assert card["data_window"]["heldout_fingerprint"]
-    assert card["training_time_s"] > 0 and set(card["files"]) == {"model", "compiled", "p50", "p90"}
+    assert card.features.size_features == ["doc_bytes", "pages"]
+    assert set(card.baselines) == {"global_median", "tenant_type_mean", "tenant_last2_mean"}
+    assert all(card.beats_baselines.values())
+    assert card.git_commit == "deadbeef"
+    assert card.data_window.heldout_fingerprint
+    assert card.training_time_s > 0 and set(card.files) == {"model", "compiled", "p50", "p90"}
 
 
 def test_a_champion_that_cannot_score_the_new_slice_is_replaced_with_the_reason(
@@ -228,8 +230,8 @@ def test_a_champion_that_cannot_score_the_new_slice_is_replaced_with_the_reason(
     register(tmp_path / "r", trained, commit="x")
     other = small_trace(1500, seed=3).drop("doc_bytes", "pages")
     card = register(tmp_path / "r", train(other, FAST), commit="x")
-    assert card["verdict"] == "promoted"
-    assert "cannot score" in card["reason"] and "doc_bytes" in card["reason"]
+    assert card.verdict == "promoted"
+    assert "cannot score" in card.reason and "doc_bytes" in card.reason
 
 
 # --- flow ------------------------------------------------------------------------------------

@@ -41,9 +41,9 @@ def train(db: Path | None, trace: Path | None, registry: Path, max_rounds: int, 
     The new version becomes the champion only if its held-out MAE beats the champion's on the
     same rows; otherwise it is kept, marked rejected, with the reason.
     """
-    from desched.registry import register
-    from desched.training import TrainSettings, load_trace_or_swf, load_warehouse
-    from desched.training import train as fit
+    from desched.models.promotion import register
+    from desched.models.training import TrainSettings, load_trace_or_swf, load_warehouse
+    from desched.models.training import train as fit
 
     if db is not None and trace is None:
         frame = load_warehouse(db)
@@ -53,16 +53,16 @@ def train(db: Path | None, trace: Path | None, registry: Path, max_rounds: int, 
         raise DeschedError("give exactly one of --db PATH or --trace TRACE.parquet")
     result = fit(frame, TrainSettings(max_rounds=max_rounds, seed=seed), source=str(db or trace))
     card = register(registry, result)
-    m = card["metrics"]
-    click.echo(f"{card['version']} {card['verdict']}: {card['reason']}")
+    m = card.metrics
+    click.echo(f"{card.version} {card.verdict}: {card.reason}")
     click.echo(
-        f"  model ({card['objective']}): MAE {m['mae_s']:.3f} s, MdAPE {m['mdape_pct']:.1f} %, "
-        f"Spearman {_fmt(m['spearman'])}"
+        f"  model ({card.objective}): MAE {m.mae_s:.3f} s, MdAPE {m.mdape_pct:.1f} %, "
+        f"Spearman {_fmt(m.spearman)}"
     )
-    for name, b in card["baselines"].items():
+    for name, b in card.baselines.items():
         click.echo(
-            f"  {name}: MAE {b['mae_s']:.3f} s, MdAPE {b['mdape_pct']:.1f} %, "
-            f"Spearman {_fmt(b['spearman'])}"
+            f"  {name}: MAE {b.mae_s:.3f} s, MdAPE {b.mdape_pct:.1f} %, "
+            f"Spearman {_fmt(b.spearman)}"
         )
 
 
@@ -82,7 +82,7 @@ def predict(registry: Path, trace: Path, out: Path) -> None:
     import numpy as np
     import polars as pl
 
-    from desched.predictor import Predictor
+    from desched.models.duration import Predictor
     from desched.trace import read_trace, write_trace
 
     predictor = Predictor.load(registry)
@@ -98,29 +98,31 @@ def predict(registry: Path, trace: Path, out: Path) -> None:
 @REGISTRY_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print the listing as JSON.")
 def models(registry: Path, as_json: bool) -> None:
-    """List the registry's versions, the champion, and their held-out metrics."""
-    from desched.registry import Registry
+    """List the registry's versions (duration or memory models), the champion, and their
+    held-out error beside the best baseline's."""
+    from desched.models.registry import Registry
 
     rows = Registry(registry).listing()
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
         return
     if not rows:
         click.echo(f"{registry}: no model versions")
         return
     click.echo(
-        f"{'version':8} {'':2} {'verdict':9} {'objective':9} {'MAE s':>10} {'MdAPE %':>8} "
-        f"{'Spearman':>8}  best baseline (MAE s)"
+        f"{'version':8} {'':2} {'verdict':9} {'objective':9} {'MAE':>10} {'':3} {'MdAPE %':>8} "
+        f"{'Spearman':>8}  best baseline (MAE)"
     )
     for r in rows:
-        if "objective" not in r:
-            click.echo(f"{r['version']:8}    {r['verdict']}")
+        if r.mae is None:
+            click.echo(f"{r.version:8}    {r.verdict}")
             continue
-        mark = "*" if r["champion"] else ""
+        mark = "*" if r.champion else ""
+        mdape = "n/a" if r.mdape_pct is None else f"{r.mdape_pct:.1f}"
         click.echo(
-            f"{r['version']:8} {mark:2} {r['verdict']:9} {r['objective']:9} {r['mae_s']:>10.3f} "
-            f"{r['mdape_pct']:>8.1f} {_fmt(r['spearman']):>8}  {r['best_baseline']} "
-            f"({r['best_baseline_mae_s']:.3f})"
+            f"{r.version:8} {mark:2} {r.verdict:9} {r.objective or '':9} "
+            f"{r.mae:>10.3f} {r.unit or '':3} {mdape:>8} {_fmt(r.spearman):>8}  "
+            f"{r.best_baseline} ({_fmt(r.best_baseline_mae)} {r.unit})"
         )
     click.echo("* champion")
 

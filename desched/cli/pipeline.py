@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from desched.errors import DeschedError
-from desched.validation import KNOWN_TASK_TYPES, TASK_TYPE_PATTERNS
-from desched.warehouse import DEFAULT_DB
+from desched.warehouse.rules import KNOWN_TASK_TYPES, TASK_TYPE_PATTERNS
+from desched.warehouse.schema import DEFAULT_DB
 
 
 @click.command("ingest")

@@ -39,6 +39,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from desched.errors import DeschedError
 from desched.models.interfaces import DurationPredictor, MemoryPredictor
+from desched.models.loading import load_duration_predictor, load_memory_predictor
 from desched.service import schemas as m
 from desched.service.answers import committed, lease_json, refusal, storage_error, storage_errors
 from desched.service.asgi import BodyLimit
@@ -55,30 +56,29 @@ from desched.service.telemetry import CONTENT_TYPE
 logger = logging.getLogger("desched.service")
 
 
-def load_memory_model(folder: Path | None) -> MemoryPredictor | None:
-    """The peak-memory model in ``folder``, or None (no folder, no model, or no LightGBM)."""
-    if folder is None or not Path(folder).exists():
-        return None
-    try:
-        from desched.enrich.memory_model import load_or_none
-    except ImportError:
-        return None
-    try:
-        return load_or_none(folder)
-    except (ImportError, DeschedError, OSError, ValueError) as exc:
-        logger.warning("no memory model: %s", exc)
-        return None
-
-
-def load_predictor(registry: Path | None) -> DurationPredictor | None:
-    """The registry's champion, or None (no registry, no champion, or no predictor module)."""
+def load_memory_model(registry: Path | None) -> MemoryPredictor | None:
+    """The champion of the peak-memory model registry, or None (no registry, no champion, a
+    corrupt model, or no LightGBM); the reason is logged when a registry exists."""
     if registry is None or not Path(registry).exists():
         return None
     try:
-        from desched.predictor import load_or_none
-    except ImportError:
+        model, reason = load_memory_predictor(registry)
+    except (ImportError, OSError) as exc:
+        model, reason = None, f"{type(exc).__name__}: {exc}"
+    if model is None:
+        logger.warning("no memory model: %s", reason)
+    return model
+
+
+def load_predictor(registry: Path | None) -> DurationPredictor | None:
+    """The champion of the duration model registry, or None (no registry, no champion, a
+    corrupt model, or no lleaves); the reason is logged when a registry exists."""
+    if registry is None or not Path(registry).exists():
         return None
-    predictor, reason = load_or_none(registry)
+    try:
+        predictor, reason = load_duration_predictor(registry)
+    except ImportError as exc:
+        predictor, reason = None, f"{type(exc).__name__}: {exc}"
     if predictor is None:
         logger.warning("no duration predictor: %s", reason)
     return predictor

@@ -9,7 +9,7 @@ carry ``kind="completion"`` and ``COMPLETION_COLUMNS`` plus the task's features 
 once dead-lettered (a retried attempt shows as a second decision for the task). A task its
 tenant cancelled has a record of kind ``cancel`` instead (``CANCEL_COLUMNS``; ``was``: queued
 or leased, and for a leased one the worker that held it), which ingestion accepts and loads
-into no table (``desched.validation.IGNORED_KINDS``). ``worker``
+into no table (``desched.warehouse.rules.IGNORED_KINDS``). ``worker``
 is a stable integer code of the worker instance, ``worker_name`` its readable
 ``name/worker_id``. NaN is written as null.
 

@@ -85,8 +85,8 @@ class ServiceSettings(DeschedSettings):
     )
     memory_model: Path | None = Field(
         None,
-        description="folder of the peak-memory model (desched.enrich.memory_model) that "
-        "predicts predicted_mem_mb at submit; None or a missing folder uses the mem_mb hints",
+        description="registry of the peak-memory model (desched.models.memory) whose champion "
+        "predicts predicted_mem_mb at submit; None or a missing registry uses the mem_mb hints",
     )
     max_fit_skips: int = Field(
         64,

@@ -8,13 +8,16 @@ per-call allocation or thread pool: about 1-2 us, against 15-70 us for
 ``lightgbm.Booster.predict`` on one row (BENCHMARKS.md). Outputs equal ``Booster.predict`` to
 1e-9 (tests/test_predictor.py, property-based).
 
-The tenant-history features (``desched.features.HISTORY``) come from the task mapping when
+The tenant-history features (``desched.models.features.HISTORY``) come from the task mapping when
 present, else from completions reported with ``observe_completion`` (the service's completion
 records), so the submit path never sees a duration of a task that had not finished.
 
-A missing or corrupt model raises ``PredictorUnavailable``; ``load_or_none`` turns that into
-``None`` with the reason, and ``policy_without_prediction`` names the policy a scheduler falls
-back to. lightgbm and lleaves are imported inside the functions that need them.
+The model comes from the read side of the registry (``desched.models.registry``), which sits
+below this module; the write side (``desched.models.promotion``) sits above it and uses
+``compile_model`` and ``host_target`` when it registers a version. A missing or corrupt model
+raises ``ModelUnavailable``; ``load_or_none`` turns that into ``None`` with the reason, and
+``policy_without_prediction`` names the policy a scheduler falls back to. lightgbm and lleaves
+are imported inside the functions that need them.
 """
 
 from __future__ import annotations
@@ -33,7 +36,15 @@ import numpy as np
 import polars as pl
 
 from desched.errors import DeschedError
-from desched.features import HISTORY, FeatureEncoder, FeatureSpec, feature_matrix, with_history
+from desched.models.cards import DurationCard, ModelKind
+from desched.models.features import (
+    HISTORY,
+    FeatureEncoder,
+    FeatureSpec,
+    feature_matrix,
+    with_history,
+)
+from desched.models.registry import CARD, ModelUnavailable, Registry, file_sha256
 
 if TYPE_CHECKING:
     import lightgbm
@@ -42,12 +53,6 @@ FALLBACK_POLICY = "ifs-memoryless"
 """The policy a scheduler runs when no predictor loads: it reads no ``predicted_s``."""
 
 _DOUBLE_P = ctypes.POINTER(ctypes.c_double)
-
-
-def file_sha256(path: Path) -> str:
-    """The SHA-256 of a file's content, read in chunks (memory stays flat for any size)."""
-    with path.open("rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def host_target() -> str:
@@ -60,10 +65,6 @@ def host_target() -> str:
         features = ""
     digest = hashlib.sha256(features.encode()).hexdigest()[:12]
     return f"{llvm.get_process_triple()}/{llvm.get_host_cpu_name()}/{digest}"
-
-
-class PredictorUnavailable(DeschedError):
-    """No usable model: the registry, its champion pointer or a model file is missing or corrupt."""
 
 
 class CompiledForest:
@@ -80,7 +81,7 @@ class CompiledForest:
         model = lleaves.Model(model_file=str(model_path))
         model.compile(cache=str(cache_path))
         if model.num_model_per_iteration() != 1:
-            raise PredictorUnavailable(f"{model_path}: not a single-output regression model")
+            raise ModelUnavailable(f"{model_path}: not a single-output regression model")
         self._model = model  # keeps the execution engine (and the code) alive
         self.n_features: int = model.num_feature()
         self._entry: Callable[..., None] = model._c_entry_func
@@ -121,12 +122,12 @@ class Predictor:
         log_target: bool,
         forest: CompiledForest,
         model_path: Path,
-        card: Mapping[str, Any],
+        card: DurationCard,
     ) -> None:
         self.version = version
         self.spec = spec
         self.log_target = log_target
-        self.card = dict(card)
+        self.card = card
         self.model_path = model_path
         self._forest = forest
         self._encoder = FeatureEncoder(spec)
@@ -138,7 +139,7 @@ class Predictor:
         self._window = spec.history_window
         self._booster: lightgbm.Booster | None = None
         if forest.n_features != len(spec.names):
-            raise PredictorUnavailable(
+            raise ModelUnavailable(
                 f"{model_path}: model has {forest.n_features} features, its card lists "
                 f"{len(spec.names)}"
             )
@@ -147,31 +148,20 @@ class Predictor:
     def load(cls, registry: str | Path, version: str | None = None) -> Predictor:
         """Load the champion (or ``version``) of ``registry``; compile it if its ``.so`` is
         missing, differs from the card's checksum or was built for another CPU. Raises
-        ``PredictorUnavailable`` naming what is missing or corrupt."""
-        from desched.registry import Registry
-
-        reg = Registry(registry)
-        name = version or reg.champion()
-        if name is None:
-            raise PredictorUnavailable(f"{reg.root}: no champion model (train one first)")
-        card = reg.card(name)
+        ``ModelUnavailable`` naming what is missing or corrupt."""
+        reg = Registry(registry, ModelKind.DURATION)
+        name = version or reg.champion_or_error()
+        card = reg.duration_card(name)
         folder = reg.root / name
-        model_path = folder / card["files"]["model"]
-        cache_path = folder / card["files"]["compiled"]
-        if not model_path.is_file():
-            raise PredictorUnavailable(f"{model_path}: model file is missing")
-        digests = card.get("sha256", {})
-        if digests.get("model") != file_sha256(model_path):
-            raise PredictorUnavailable(
-                f"{model_path}: model file is corrupt (its checksum differs from the card's)"
-            )
+        model_path = reg.model_file(name, card)
+        cache_path = folder / card.files["compiled"]
         try:
-            spec = FeatureSpec.from_json(card["features"])
+            spec = FeatureSpec.from_json(card.features.model_dump())
         except DeschedError as exc:
-            raise PredictorUnavailable(f"{folder / 'card.json'}: {exc}") from None
+            raise ModelUnavailable(f"{folder / CARD}: {exc}") from None
         if cache_path.exists() and (
-            digests.get("compiled") != file_sha256(cache_path)
-            or card.get("compiled_for") != host_target()
+            card.sha256.get("compiled") != file_sha256(cache_path)
+            or card.compiled_for != host_target()
         ):
             # A stale or foreign object file is never loaded: compile afresh.
             try:
@@ -180,17 +170,17 @@ class Predictor:
                 cache_path = Path(tempfile.mkdtemp(prefix="desched-model-")) / cache_path.name
         try:
             forest = compile_model(model_path, cache_path)
-        except PredictorUnavailable:
+        except ModelUnavailable:
             raise
         except Exception as exc:  # noqa: BLE001 (lleaves and llvmlite raise many types)
-            raise PredictorUnavailable(
+            raise ModelUnavailable(
                 f"{model_path}: model cannot be compiled or loaded ({type(exc).__name__}: "
                 f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})"
             ) from None
         return cls(
             version=name,
             spec=spec,
-            log_target=bool(card["target_log"]),
+            log_target=card.target_log,
             forest=forest,
             model_path=model_path,
             card=card,
@@ -272,7 +262,7 @@ def load_or_none(registry: str | Path) -> tuple[Predictor | None, str | None]:
     """The champion predictor, or ``(None, reason)`` when it is missing or corrupt."""
     try:
         return Predictor.load(registry), None
-    except PredictorUnavailable as exc:
+    except ModelUnavailable as exc:
         return None, str(exc)
 
 

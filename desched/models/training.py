@@ -4,7 +4,8 @@ The frame is sorted by ``submit_s`` and cut in three consecutive slices: train (
 ``1 - valid_frac - test_frac``), valid and test (the last ``test_frac``). Every candidate
 objective is fitted on train with early stopping on valid; the one with the lowest valid MAE
 is the model. Test is touched only to report: the model and the baselines are scored on the
-same test rows, and a champion is re-scored on them before promotion (``desched.registry``).
+same test rows, and a champion is re-scored on them before promotion
+(``desched.models.promotion``).
 
 Candidate objectives (``OBJECTIVES``): squared loss on log duration predicts the conditional
 geometric mean; absolute loss predicts the conditional median, the minimiser of MAE; the
@@ -32,9 +33,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import polars as pl
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
 
 from desched.errors import DeschedError
-from desched.features import FeatureSpec, feature_matrix, with_history
+from desched.models.features import FeatureSpec, feature_matrix, with_history
+from desched.settings import DeschedSettings
 from desched.trace import validate_trace
 
 if TYPE_CHECKING:
@@ -52,25 +56,46 @@ QUANTILES: tuple[float, ...] = (0.5, 0.9)
 BASELINES: tuple[str, ...] = ("global_median", "tenant_type_mean", "tenant_last2_mean")
 
 
-@dataclass(frozen=True)
-class TrainSettings:
-    """Hyper-parameters of one training run; every field is recorded in the card."""
+class TrainSettings(DeschedSettings):
+    """Hyper-parameters of one training run of the duration model; each field also reads
+    ``DESCHED_TRAIN_<NAME>``. Every field is recorded in the card."""
 
-    valid_frac: float = 0.15
-    test_frac: float = 0.15
-    objectives: tuple[ObjectiveName, ...] = tuple(OBJECTIVES)
-    quantiles: tuple[float, ...] = QUANTILES
-    num_leaves: int = 31
-    learning_rate: float = 0.05
-    min_data_in_leaf: int = 20
-    cat_smooth: float = 10.0
-    min_data_per_group: int = 100
-    max_rounds: int = 400
-    early_stopping_rounds: int = 30
-    num_threads: int = 0
-    seed: int = 0
+    model_config = SettingsConfigDict(env_prefix="DESCHED_TRAIN_")
+
+    valid_frac: float = Field(
+        default=0.15,
+        ge=0,
+        lt=1,
+        description="share of the rows, after the training slice, that chooses the objective",
+    )
+    test_frac: float = Field(
+        default=0.15,
+        ge=0,
+        lt=1,
+        description="newest share of the rows, held out to score the model and promote it",
+    )
+    objectives: tuple[ObjectiveName, ...] = Field(
+        default=tuple(OBJECTIVES), description="candidate objectives; the lowest valid MAE wins"
+    )
+    quantiles: tuple[float, ...] = Field(
+        default=QUANTILES, description="quantile models fitted beside the model (p50, p90, ...)"
+    )
+    num_leaves: int = Field(default=31, ge=2, description="LightGBM leaves per tree")
+    learning_rate: float = Field(default=0.05, gt=0, description="LightGBM shrinkage per round")
+    min_data_in_leaf: int = Field(default=20, ge=1, description="LightGBM minimum rows per leaf")
+    cat_smooth: float = Field(default=10.0, ge=0, description="LightGBM smoothing of categories")
+    min_data_per_group: int = Field(
+        default=100, ge=1, description="LightGBM minimum rows per category group"
+    )
+    max_rounds: int = Field(default=400, ge=1, description="most boosting rounds per model")
+    early_stopping_rounds: int = Field(
+        default=30, ge=1, description="rounds without a better valid L1 before a fit stops"
+    )
+    num_threads: int = Field(default=0, ge=0, description="LightGBM threads (0: one per core)")
+    seed: int = Field(default=0, description="LightGBM seed (training is deterministic)")
 
     def lgb_params(self, objective: str, **extra: Any) -> dict[str, Any]:
+        """LightGBM parameters of one fit with ``objective`` (deterministic, row-wise)."""
         return {
             "objective": objective,
             "num_leaves": self.num_leaves,
@@ -243,9 +268,6 @@ def train(
     """Fit the duration model, its quantile models and the baselines on ``frame``; score all on
     the test slice. Cost: one LightGBM fit per objective and per quantile."""
     settings = settings or TrainSettings()
-    unknown = [o for o in settings.objectives if o not in OBJECTIVES]
-    if unknown:
-        raise DeschedError(f"unknown objective {unknown[0]!r} (known: {', '.join(OBJECTIVES)})")
     started = time.perf_counter()
     data = prepare(frame, source)
     split = Split.of(data.height, settings.valid_frac, settings.test_frac)
