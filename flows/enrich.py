@@ -55,6 +55,11 @@ def enrichment_worker(
 ) -> dict[str, Any]:
     """Poll, enrich, store, complete, until ``max_tasks`` or ``idle_exit_s``.
 
+    ``service_url``: the service's address, or several separated by commas (an active
+    service and its standbys): requests fail over between them and are retried with backoff.
+    A task its tenant cancels while it runs (a heartbeat gets 410) is neither completed nor
+    failed.
+
     Each round polls while tasks fit (several leases at once up to ``max_batch``), then runs
     three Prefect tasks: enrich-batch, store-results, report-batch. An idle worker polls
     with a backoff from ``poll_interval_s`` up to 2 s. A failed poll is retried after the
@@ -76,7 +81,7 @@ def enrichment_worker(
     budget = mem_budget_mb if mem_budget_mb is not None else 0.8 * available_mb(where)
     ident = worker_id or f"{socket.gethostname()}-{os.getpid()}"
     client = ServiceClient(service_url, os.environ.get(token_env, ""), ident)
-    totals = {"completed": 0, "late": 0, "failed": 0, "batches": 0}
+    totals = {"completed": 0, "late": 0, "failed": 0, "cancelled": 0, "batches": 0}
     logger.info(
         "worker %s: model %s on %s, batches of %d, budget %.0f MiB",
         ident,

@@ -96,13 +96,20 @@ def report_batch(
     client: ServiceClient, keeper: LeaseKeeper, batch: Batch, db_path: str
 ) -> dict[str, int]:
     """Complete each result (real duration, peak memory, result reference) and fail each
-    failure; release every lease from the heartbeat thread."""
-    counts = {"completed": 0, "late": 0, "failed": 0}
+    failure; release every lease from the heartbeat thread. A task whose tenant cancelled it
+    (a heartbeat got 410) is neither completed nor failed."""
+    counts = {"completed": 0, "late": 0, "failed": 0, "cancelled": 0}
     for lease, r in batch.results:
+        if keeper.is_cancelled(lease):
+            counts["cancelled"] += 1
+            continue
         ok = client.complete(lease, r.duration_s, r.peak_mem_mb, result_ref(db_path, r.task_id))
         counts["completed" if ok else "late"] += 1
         keeper.release(lease)
     for lease, error, retryable in batch.failures:
+        if keeper.is_cancelled(lease):
+            counts["cancelled"] += 1
+            continue
         client.fail(lease, error, retryable)
         counts["failed"] += 1
         keeper.release(lease)

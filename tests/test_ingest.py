@@ -434,3 +434,19 @@ def test_only_io_failures_are_retried():
 
     assert retried(OSError("gone")) and retried(duckdb.IOException("Could not set lock"))
     assert not retried(DeschedError("no such folder")) and not retried(RuntimeError("bug"))
+
+
+def test_cancel_records_of_the_live_service_are_accepted_and_loaded_into_no_table(tmp_path):
+    logs, db = tmp_path / "logs", tmp_path / "w.duckdb"
+    cancel = {
+        "kind": "cancel", "seq": 2, "t": 2.0, "worker": 7, "worker_name": "w/s0",
+        "task_id": "b", "tenant": "a", "task_type": "extract", "submit_s": 0.0,
+        "start_s": 1.0, "was": "leased",
+    }
+    write_jsonl(
+        logs / "decision-log-1.jsonl",
+        [decision(0, 0.0, "a"), decision(1, 1.0, "b"), cancel, completion(3, 3.0, "a")],
+    )
+    [report] = run_once(logs, db)
+    assert (report.records_read, report.rows_loaded, report.quarantined) == (4, 3, {})
+    assert counts(db)["decisions"] == 2 and counts(db)["completions"] == 1

@@ -81,8 +81,9 @@ def test_the_simulation_is_deterministic(name, tasks, workers):
 
 FitOp = int | tuple[str, int, int | None] | tuple[str, int]
 """``Driver``'s ops, plus ``("fit", free, limit)``: a ``pop_fitting`` whose ``fits`` accepts
-the tasks that need at most ``free`` memory, and ``("take", r)``: a ``take`` of the r-th
-queued task (mod their number). Both push instead when the queue is empty."""
+the tasks that need at most ``free`` memory, ``("take", r)``: a ``take`` of the r-th queued
+task (mod their number) and ``("remove", r)``: a ``remove`` (cancellation) of it. Each
+pushes instead when the queue is empty."""
 
 _limit = st.one_of(st.none(), st.integers(1, 4))
 _free = st.integers(0, 3)
@@ -92,6 +93,7 @@ fit_ops = st.lists(
         st.sampled_from([0, 0, 0, 1, 2]),
         st.tuples(st.just("fit"), _free, _limit),
         st.tuples(st.just("take"), st.integers(0, 39)),
+        st.tuples(st.just("remove"), st.integers(0, 39)),
     ),
     min_size=10,
     max_size=150,
@@ -117,6 +119,8 @@ class FitDriver(Driver):
     def step(self, policy: Policy, op: FitOp) -> tuple[object, ...] | None:
         if isinstance(op, int) or not self.queued:
             return super().step(policy, 0 if isinstance(op, tuple) else op)
+        if op[0] == "remove":
+            return self.withdraw(policy, op[1])
         self.now += 0.25
         if op[0] == "take":
             i = sorted(self.queued)[op[1] % len(self.queued)]
@@ -138,6 +142,7 @@ class FitDriver(Driver):
     def dispatched(self, i: int) -> None:
         self.queued.remove(i)
         self.running.append(i)
+        self.started.append(i)
 
 
 def copies(policy: Policy, driver: FitDriver) -> tuple[Policy, FitDriver]:
@@ -298,3 +303,48 @@ def test_a_learnable_policy_reads_its_parameters_at_every_decision(name):
         assert controlled == list(simulate(tasks, make_policy(name, tasks, grid[k]), 2)
                                   .decisions.task)
         assert len(wrapped.trajectory) > 2
+
+
+# Cancellation: remove ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", POLICIES)
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), tasks=workloads(), run=fit_ops, naive=st.booleans())
+def test_a_removed_task_is_never_dispatched_and_no_task_is_lost(name, data, tasks, run, naive):
+    driver = FitDriver(tasks, data.draw(memory_needs(tasks)))
+    policy = make_policy(name, tasks, naive=naive)
+    for op in [*run, *[1] * (2 * len(tasks))]:
+        driver.step(policy, op)
+        assert len(policy) == len(driver.queued)
+    assert len(policy) == 0
+    dispatched = driver.started
+    assert not set(dispatched) & set(driver.removed)
+    assert len(set(dispatched)) == len(dispatched)
+    assert sorted(dispatched + driver.removed) == sorted(driver.order)
+
+
+@pytest.mark.parametrize("name", POLICIES)
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), tasks=workloads(), run=st.lists(st.integers(0, 2), max_size=120))
+def test_a_task_withdrawn_at_once_leaves_no_trace_while_its_tenant_stays_queued(
+    name, data, tasks, run
+):
+    # Withdrawing charges nothing: a policy that had a task pushed and removed at once, while
+    # its tenant had other tasks queued, decides from then on as one that never had it.
+    # (A push to a tenant with nothing queued may move state: VTC lifts its counter.)
+    with_it, without = make_policy(name, tasks), make_policy(name, tasks)
+    d_with, d_without = FitDriver(tasks, [0] * len(tasks)), FitDriver(tasks, [0] * len(tasks))
+    tenant = tasks.tenant
+    for op in [*run, *[1] * (2 * len(tasks))]:
+        nxt = d_with.order[d_with.next] if d_with.next < len(d_with.order) else None
+        backlogged = nxt is not None and any(tenant[j] == tenant[nxt] for j in d_with.queued)
+        pushing = op == 0 or (op == 1 and not d_with.queued) or (op == 2 and not d_with.running)
+        if nxt is not None and pushing and backlogged and data.draw(st.booleans()):
+            d_with.step(with_it, 0)
+            d_with.withdraw(with_it, sorted(d_with.queued).index(nxt))
+            d_without.next += 1
+            d_without.now = d_with.now
+            continue
+        assert d_with.step(with_it, op) == d_without.step(without, op)
+        assert with_it.state() == without.state() and len(with_it) == len(without)

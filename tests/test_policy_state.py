@@ -34,21 +34,28 @@ class Driver:
         self.now = 0.0
         self.queued: set[int] = set()
         self.running: list[int] = []
+        self.removed: list[int] = []
+        self.started: list[int] = []
+        """Every task dispatched so far, in order (``running`` loses the completed ones)."""
 
     def step(self, policy: Policy, op: int) -> tuple[object, ...] | None:
         """Op 0 pushes the next task, 1 pops (when the queue is not empty), 2 completes the
-        longest-running task; an op that cannot run pushes instead (or does nothing)."""
+        longest-running task, 3 withdraws (``remove``) the middle queued task by position; an
+        op that cannot run pushes instead (or does nothing)."""
         if op == 1 and self.queued:
             self.now += 0.25
             i = policy.pop(self.now)
             self.queued.remove(i)
             self.running.append(i)
+            self.started.append(i)
             return (i, policy.score, *policy.parts)
         if op == 2 and self.running:
             i = self.running.pop(0)
             self.now += 0.25
             policy.complete(i, self.now, float(self.tasks.duration_s[i]))
             return ("done", i)
+        if op == 3 and self.queued:
+            return self.withdraw(policy, len(self.queued) // 2)
         if self.next < len(self.order):
             i = self.order[self.next]
             self.next += 1
@@ -56,6 +63,15 @@ class Driver:
             policy.push(i, self.now)
             self.queued.add(i)
         return None
+
+    def withdraw(self, policy: Policy, r: int) -> tuple[object, ...]:
+        """``remove`` the r-th queued task by position (mod their number)."""
+        i = sorted(self.queued)[r % len(self.queued)]
+        self.now += 0.25
+        policy.remove(i, self.now)
+        self.queued.remove(i)
+        self.removed.append(i)
+        return ("removed", i)
 
 
 def rebuilt(name: str, tasks: TaskTable, driver: Driver, state: object) -> Policy:
@@ -69,7 +85,7 @@ def rebuilt(name: str, tasks: TaskTable, driver: Driver, state: object) -> Polic
     return policy
 
 
-ops = st.lists(st.integers(0, 2), min_size=0, max_size=120)
+ops = st.lists(st.integers(0, 3), min_size=0, max_size=120)
 
 
 @pytest.mark.parametrize("name", POLICIES)

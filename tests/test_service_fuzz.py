@@ -9,6 +9,7 @@ is bounded to keep the suite fast.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +25,8 @@ from tests.test_service import Backend, Running, Service, add_principals, auth
 backend = test_service.backend  # the backend-parametrised fixture, reused here
 
 MAX_EXAMPLES = 30
+SENT: Counter[int] = Counter()
+"""Fuzzed requests sent in this session, by status class (printed with -s; README figures)."""
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +51,9 @@ OPERATIONS = [
     ("POST", "/v1/tasks/{task_id}/heartbeat"),
     ("POST", "/v1/tasks/{task_id}/complete"),
     ("POST", "/v1/tasks/{task_id}/fail"),
+    ("POST", "/v1/tasks/{task_id}/cancel"),
     ("GET", "/healthz"),
+    ("GET", "/livez"),
     ("GET", "/metrics"),
 ]
 
@@ -59,12 +64,16 @@ def api_schema(fuzzed: Running) -> Any:
 
 
 def token_for(path: str, method: str, running: Running) -> str:
-    if path == "/v1/tasks" or (method == "GET" and path.startswith("/v1/tasks/")):
+    if (
+        path == "/v1/tasks"
+        or path.endswith("/cancel")
+        or (method == "GET" and path.startswith("/v1/tasks/"))
+    ):
         return running.tokens.tenant_a
     return running.tokens.worker
 
 
-NO_INPUT = {"/healthz", "/metrics"}  # nothing to break: negative generation is impossible
+NO_INPUT = {"/healthz", "/livez", "/metrics"}  # nothing to break: negative generation is impossible
 
 
 @pytest.mark.parametrize(
@@ -93,6 +102,7 @@ def test_no_generated_request_gets_a_server_error(
         headers = dict(case.headers or {})
         headers.setdefault("Authorization", token["Authorization"])
         response = case.call(headers=headers)
+        SENT[response.status_code // 100] += 1
         assert response.status_code < 500, (
             f"{case.method} {case.formatted_path} body={case.body!r} -> "
             f"{response.status_code}: {response.text[:500]}"
@@ -101,6 +111,11 @@ def test_no_generated_request_gets_a_server_error(
             assert response.json().get("detail"), response.text[:500]
 
     check()
+
+
+def test_the_fuzzing_sent_requests_to_every_operation(fuzzed: Running) -> None:
+    print(f"fuzzed requests by status class: {dict(sorted(SENT.items()))}")
+    assert sum(SENT.values()) >= 10 * len(OPERATIONS) and SENT[5] == 0
 
 
 def test_the_schema_documents_every_route(fuzzed: Running) -> None:
@@ -112,7 +127,9 @@ def test_the_schema_documents_every_route(fuzzed: Running) -> None:
         "/v1/tasks/{task_id}/heartbeat",
         "/v1/tasks/{task_id}/complete",
         "/v1/tasks/{task_id}/fail",
+        "/v1/tasks/{task_id}/cancel",
         "/healthz",
+        "/livez",
         "/metrics",
     }
     assert (

@@ -75,9 +75,10 @@ def test_the_exposition_reads_back_with_every_name_label_and_value() -> None:
     telemetry = Telemetry(lambda: snapshot[0])
     c = telemetry.counters
     c.submitted, c.decisions, c.completed, c.lease_expiries, c.unfit_skips = 7, 3, 2, 1, 4
+    c.cancelled_queued, c.cancelled_leased, c.takeovers = 5, 6, 1
     for seconds in (0.0001, 0.003, 5.0):
         c.observe_latency(seconds)
-    snapshot.append(Snapshot(c.copy(), [("a", 3), ('we"ird\\', 1)], 2, "vtc"))
+    snapshot.append(Snapshot(c.copy(), [("a", 3), ('we"ird\\', 1)], 2, "vtc", active=True))
     families = {f.name: f for f in text_string_to_metric_families(telemetry.exposition())}
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -93,6 +94,10 @@ def test_the_exposition_reads_back_with_every_name_label_and_value() -> None:
     assert samples[("desched_lease_expiries_total", ())] == 1
     assert samples[("desched_unfit_skips_total", ())] == 4
     assert samples[("desched_tasks_dead_lettered_total", ())] == 0
+    assert samples[("desched_tasks_cancelled_total", (("was", "queued"),))] == 5
+    assert samples[("desched_tasks_cancelled_total", (("was", "leased"),))] == 6
+    assert samples[("desched_takeovers_total", ())] == 1
+    assert samples[("desched_active", ())] == 1
     assert samples[("desched_policy_info", (("policy", "vtc"),))] == 1
     assert families["desched_decision_latency_seconds"].type == "histogram"
     buckets = [

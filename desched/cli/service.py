@@ -57,6 +57,10 @@ def serve(
 ) -> None:
     """Run the HTTP service (tenants submit, workers poll) until interrupted.
 
+    On PostgreSQL a second `desched serve` on the same database stands by (503 with
+    Retry-After, /healthz 503) and takes over within about a second when the active one
+    dies. On SQLite a second one is refused.
+
     Every setting also reads DESCHED_<NAME> (DESCHED_DB, DESCHED_LEASE_S, ...).
     """
     if params and policy is None:
@@ -73,7 +77,14 @@ def serve(
     import uvicorn
 
     from desched.service.app import create_app
+    from desched.service.store import Dialect, Store
 
+    probe = Store(settings.db, durability=settings.durability)
+    try:
+        if probe.dialect is Dialect.SQLITE and probe.service_running():
+            probe.acquire_writer_lock()  # raises: another service owns this SQLite file
+    finally:
+        probe.close()
     app = create_app(settings)
     uvicorn.run(
         app,
@@ -134,15 +145,81 @@ def _name(value: str) -> str:
     return value
 
 
-def _add(role_name: str, name: str, db: str | None) -> None:
+EXPIRES_HELP = (
+    "the token expires after this long (90s, 45m, 12h, 30d, 2w) or at this ISO time "
+    "(2031-01-31T12:00:00Z) [default: never]"
+)
+REVOKE_WAIT_S = 10.0
+
+
+def _add(role_name: str, name: str, db: str | None, expires: str | None) -> None:
+    import time
+
+    from desched.service.records import Role
+    from desched.service.tokens import iso, parse_expiry
+
+    expires_at = None if expires is None else parse_expiry(expires, time.time())
+    store = _store(db)
+    try:
+        token = store.add_principal(Role(role_name), _name(name), expires_at)
+    finally:
+        store.close()
+    click.echo(token)
+    if expires_at is not None:
+        click.echo(f"{role_name} {name}: token expires at {iso(expires_at)}", err=True)
+
+
+def _revoke(role_name: str, name: str, db: str | None) -> None:
+    """Revoke, then wait until a running service acknowledges it (module docstring of
+    ``desched.service.tokens``)."""
+    import time
+
     from desched.service.records import Role
 
     store = _store(db)
     try:
-        token = store.add_principal(Role(role_name), _name(name))
+        epoch = store.revoke_principal(Role(role_name), name)
+        if not store.service_running():
+            click.echo(f"revoked {role_name} {name!r}")
+            return
+        deadline = time.monotonic() + REVOKE_WAIT_S
+        while store.token_epoch_seen() < epoch:
+            if time.monotonic() > deadline:
+                click.echo(
+                    f"revoked {role_name} {name!r} in the database; the running service has "
+                    f"not confirmed within {REVOKE_WAIT_S:.0f} s (it refuses the token from "
+                    "its next sweep on)",
+                    err=True,
+                )
+                return
+            time.sleep(0.05)
     finally:
         store.close()
-    click.echo(token)
+    click.echo(f"revoked {role_name} {name!r}; the running service refuses its token")
+
+
+def _list(role_name: str, db: str | None) -> None:
+    import time
+
+    from desched.service.records import Role
+    from desched.service.tokens import iso
+
+    store = _store(db)
+    try:
+        rows = store.principal_rows(Role(role_name))
+    finally:
+        store.close()
+    now = time.time()
+    for name, created_at, expires_at, revoked_at in rows:
+        if revoked_at is not None:
+            state = f"revoked {iso(revoked_at)}"
+        elif expires_at is not None and expires_at <= now:
+            state = f"expired {iso(expires_at)}"
+        elif expires_at is not None:
+            state = f"expires {iso(expires_at)}"
+        else:
+            state = "active"
+        click.echo(f"{name}\tcreated {iso(created_at)}\t{state}")
 
 
 @click.group()
@@ -152,10 +229,28 @@ def tenants() -> None:
 
 @tenants.command("add")
 @click.argument("name")
+@click.option("--expires", default=None, help=EXPIRES_HELP)
 @click.option("--db", default=None, help=DB_HELP)
-def tenants_add(name: str, db: str | None) -> None:
-    """Register tenant NAME and print its token (shown once; stored as a SHA-256 hash)."""
-    _add("tenant", name, db)
+def tenants_add(name: str, expires: str | None, db: str | None) -> None:
+    """Register tenant NAME and print its token (shown once; stored as a SHA-256 hash). A
+    tenant whose token was revoked gets a new one."""
+    _add("tenant", name, db, expires)
+
+
+@tenants.command("revoke")
+@click.argument("name")
+@click.option("--db", default=None, help=DB_HELP)
+def tenants_revoke(name: str, db: str | None) -> None:
+    """Revoke tenant NAME's token: 401 from now on. With a service running, returns once the
+    service has confirmed."""
+    _revoke("tenant", name, db)
+
+
+@tenants.command("list")
+@click.option("--db", default=None, help=DB_HELP)
+def tenants_list(db: str | None) -> None:
+    """Every tenant with its token's state (active, expires, expired, revoked)."""
+    _list("tenant", db)
 
 
 @click.group()
@@ -165,10 +260,28 @@ def workers() -> None:
 
 @workers.command("add")
 @click.argument("name")
+@click.option("--expires", default=None, help=EXPIRES_HELP)
 @click.option("--db", default=None, help=DB_HELP)
-def workers_add(name: str, db: str | None) -> None:
-    """Register worker NAME and print its token (shown once; stored as a SHA-256 hash)."""
-    _add("worker", name, db)
+def workers_add(name: str, expires: str | None, db: str | None) -> None:
+    """Register worker NAME and print its token (shown once; stored as a SHA-256 hash). A
+    worker whose token was revoked gets a new one."""
+    _add("worker", name, db, expires)
+
+
+@workers.command("revoke")
+@click.argument("name")
+@click.option("--db", default=None, help=DB_HELP)
+def workers_revoke(name: str, db: str | None) -> None:
+    """Revoke worker NAME's token: 401 from now on. With a service running, returns once the
+    service has confirmed."""
+    _revoke("worker", name, db)
+
+
+@workers.command("list")
+@click.option("--db", default=None, help=DB_HELP)
+def workers_list(db: str | None) -> None:
+    """Every worker with its token's state (active, expires, expired, revoked)."""
+    _list("worker", db)
 
 
 @click.group()

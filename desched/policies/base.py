@@ -17,6 +17,12 @@ current state: the refused candidates stay queued and no per-tenant state moves 
 round-robin tenant keeps its turn, a VTC tenant is not charged). When nothing fits, nothing
 changes. ``take(i, now)`` dispatches one queued task: the state change of a ``pop`` that
 chose ``i``. ``pop(now)`` is ``pop_fitting`` with a ``fits`` that accepts everything.
+
+Cancellation (the live service) withdraws a queued task without dispatching it:
+``remove(i, now)``. No per-tenant state is charged for it (no counter moves, no turn is
+used); a tenant whose queue it empties leaves the queue as after its last dispatch (it
+leaves the round-robin ring; for VTC it is the last tenant that left). ``score`` and
+``parts`` keep describing the last decision.
 """
 
 from __future__ import annotations
@@ -123,6 +129,12 @@ class Policy(ABC):
         that chose ``i`` would apply (charges, ring moves, ``last_left``, ...), and set
         ``score`` and ``parts`` to those such a pop would log."""
         raise NotImplementedError(f"{type(self).__name__} does not implement take")
+
+    def remove(self, i: int, now: float) -> None:
+        """Withdraw queued task ``i`` without dispatching it (module docstring,
+        cancellation): afterwards the policy decides as one that never had ``i`` pushed,
+        except that a tenant it emptied counts as having left the queue."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement remove")
 
     def pop_fitting(
         self, now: float, fits: Fits, limit: int | None = None
@@ -236,6 +248,13 @@ class NaivePolicy(Policy):
 
     def taken(self, i: int, now: float) -> None:
         """Hook after ``i`` left the queue (stateful policies charge here)."""
+
+    def removed(self, i: int, now: float) -> None:
+        """Hook after ``i`` was withdrawn (``remove``): nothing is charged for it."""
+
+    def remove(self, i: int, now: float) -> None:
+        self.queue.remove(i)
+        self.removed(i, now)
 
     def pop(self, now: float) -> int:
         self.prepare(now)

@@ -58,3 +58,7 @@ class Fifo(Policy):
         submit = self.tasks.submit_s[i]
         heap_delete(self.heap, self.heap.index((submit, i)))
         self.score = now - submit
+
+    def remove(self, i: int, now: float) -> None:
+        """O(n) to find the entry, O(log n) to delete it."""
+        heap_delete(self.heap, self.heap.index((self.tasks.submit_s[i], i)))

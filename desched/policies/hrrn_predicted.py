@@ -70,3 +70,7 @@ class HrrnPredicted(Policy):
         p = self.tasks.predicted_s[i]
         self.score = response_ratio(now, self.tasks.submit_s[i], p)
         self.parts = (p,)
+
+    def remove(self, i: int, now: float) -> None:
+        """A delete from the tree, O(log n)."""
+        self.tree.delete(i)

@@ -138,3 +138,7 @@ class IfsMemoryless(Policy):
         self.score = float(self.combine(parts))
         self.parts = tuple(parts)
         q.remove(i)
+
+    def remove(self, i: int, now: float) -> None:
+        """O(log m), or O(m) when ``i`` is not its tenant's oldest task."""
+        self.queues.remove(i)

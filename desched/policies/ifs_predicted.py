@@ -185,6 +185,11 @@ class IfsPredicted(Policy):
         q.remove(i)
         self._forget(k, p)
 
+    def remove(self, i: int, now: float) -> None:
+        """O(log m), or O(m) when ``i`` is not its tenant's head; O(1) for ``p_max``."""
+        self.queues.remove(i)
+        self._forget(self.tasks.tenant[i], self.tasks.predicted_s[i])
+
     def _best_of_tenant(
         self, k: int, slot: int, best: float, nb: float, p_max: float
     ) -> tuple[float, int, int]:

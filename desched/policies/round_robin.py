@@ -121,6 +121,14 @@ class RoundRobin(Policy):
             self.ring.append(k)
         self.score = now - self.tasks.submit_s[i]
 
+    def remove(self, i: int, now: float) -> None:
+        """Its tenant keeps its place in the ring, or leaves it when its queue empties.
+        O(log m), or O(m) when ``i`` is not the tenant's head; O(K) when the tenant leaves."""
+        k = self.tasks.tenant[i]
+        self.queues.remove(i)
+        if not self.queues.is_backlogged(k):
+            self.ring.remove(k)
+
     def pop_fitting(
         self, now: float, fits: Fits, limit: int | None = None
     ) -> tuple[int | None, int]:

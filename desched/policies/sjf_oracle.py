@@ -35,7 +35,7 @@ class ShortestColumnFirst(Policy):
 
     Rule: the smallest ``(column, submit_s, position)`` wins. State: none per tenant.
     Cost: O(log n) per push and pop (one heap); ``pop_fitting`` pops and pushes back
-    (O((s + 1) log n) for s refused candidates); ``take`` O(n). Score logged: the winner's
+    (O((s + 1) log n) for s refused candidates); ``take`` and ``remove`` O(n). Score logged: the winner's
     column value. Subclasses set ``column`` and ``reads``.
     """
 
@@ -62,6 +62,10 @@ class ShortestColumnFirst(Policy):
     def take(self, i: int, now: float) -> None:
         heap_delete(self.heap, self.heap.index((self.values[i], self.tasks.submit_s[i], i)))
         self.score = self.values[i]
+
+    def remove(self, i: int, now: float) -> None:
+        """O(n) to find the entry, O(log n) to delete it."""
+        heap_delete(self.heap, self.heap.index((self.values[i], self.tasks.submit_s[i], i)))
 
 
 class SjfOracleNaive(ShortestColumnFirstNaive):

@@ -137,6 +137,11 @@ class VtcNaive(NaivePolicy):
         if k not in self.backlogged():
             self.counters.left(k)
 
+    def removed(self, i: int, now: float) -> None:
+        k = self.tasks.tenant[i]
+        if k not in self.backlogged():
+            self.counters.left(k)
+
     def complete(self, i: int, now: float, duration_s: float) -> None:
         self.counters.completed(i, duration_s)
 
@@ -231,7 +236,8 @@ class Vtc(Policy):
         return i
 
     def _served(self, k: int) -> None:
-        """Tenant ``k`` was just served (and charged): refile it, or note that it left."""
+        """Tenant ``k`` was just served (and charged) or had a task withdrawn: refile it, or
+        note that it left."""
         q = self.queues
         if q.is_backlogged(k):
             self._enter(k)
@@ -251,6 +257,12 @@ class Vtc(Policy):
         self.queues.remove(i)
         self.counters.dispatched(i)
         self._served(k)
+
+    def remove(self, i: int, now: float) -> None:
+        """Withdraw ``i`` uncharged; its tenant is refiled (or has left). O(log K + log m),
+        or O(m) when ``i`` is not its tenant's head."""
+        self.queues.remove(i)
+        self._served(self.tasks.tenant[i])
 
     def pop_fitting(
         self, now: float, fits: Fits, limit: int | None = None

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from desched.errors import DeschedError
 from desched.service.errors import ServiceError, Unavailable
 from desched.service.records import Grant
+from desched.service.store import db_errors
 from desched.service.writer import Pending
 
 logger = logging.getLogger("desched.service")
@@ -61,9 +62,11 @@ def lease_json(grant: Grant) -> dict[str, Any]:
 
 def refusal(exc: ServiceError | DeschedError) -> JSONResponse:
     """A refused request: ``{"detail": ...}`` with the error's status (400 for a plain
-    ``DeschedError``)."""
+    ``DeschedError``) and, for a 503 that knows it, ``Retry-After``."""
     status = exc.status if isinstance(exc, ServiceError) else 400
-    return JSONResponse({"detail": str(exc)}, status_code=status)
+    after = exc.retry_after_s if isinstance(exc, Unavailable) else None
+    headers = None if after is None else {"Retry-After": str(after)}
+    return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
 
 
 def storage_error(exc: Exception) -> JSONResponse:
@@ -74,13 +77,4 @@ def storage_error(exc: Exception) -> JSONResponse:
 
 def storage_errors() -> tuple[type[Exception], ...]:
     """The database drivers' error classes: a 503, never a 500."""
-    import sqlite3
-
-    found: list[type[Exception]] = [sqlite3.Error]
-    try:
-        import psycopg
-
-        found.append(psycopg.Error)
-    except ImportError:
-        pass
-    return tuple(found)
+    return db_errors()

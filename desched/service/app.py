@@ -1,11 +1,15 @@
 """The HTTP API (FastAPI): ``create_app(settings)`` builds it around one ``Scheduler``.
 
-Tenants submit and read their tasks; workers poll, heartbeat, complete and fail. Every
-route names its role's bearer token in OpenAPI. Refusals are JSON ``{"detail": ...}`` with a
-4xx status: 401 without a known token, 403 for the wrong role or another worker's lease, 404
-for a task the tenant does not own, 409 for a late or stale lease or a reused idempotency
-key, 413 for a body over ``max_body_bytes``, 422 for a malformed body. A database that cannot
-be reached gives 503.
+Tenants submit, read and cancel their tasks; workers poll, heartbeat, complete and fail.
+Every route names its role's bearer token in OpenAPI. Refusals are JSON ``{"detail": ...}``
+with a 4xx status: 401 without a known, unrevoked, unexpired token, 403 for the wrong role
+or another worker's lease, 404 for a task the tenant does not own, 409 for a late or stale
+lease, a reused idempotency key or a cancel of a task that ended, 410 for a lease of a task
+its tenant cancelled, 413 for a body over ``max_body_bytes``, 422 for a malformed body (a
+value of the wrong JSON type included: request bodies are strict). A database that cannot be
+reached gives 503; so does every route of a service that stands by (another one holds the
+database's writer lock), with ``Retry-After``. ``/healthz`` is the readiness check (503 while
+standing by), ``/livez`` the liveness check.
 
 The routes here are the reference request path. Well-formed polls and completions of known
 workers are answered by ``hot_path.HotPath``, an ASGI middleware in front of FastAPI that
@@ -81,8 +85,8 @@ def load_predictor(registry: Path | None) -> DurationPredictor | None:
 
 
 class Housekeeper(threading.Thread):
-    """Expires leases, picks up policy switches and saves the policy's state (at most every
-    ``state_save_s``) every ``period_s``."""
+    """Expires leases, picks up policy switches and token revocations and saves the policy's
+    state (at most every ``state_save_s``) every ``period_s``."""
 
     def __init__(self, scheduler: Scheduler, period_s: float) -> None:
         super().__init__(name="desched-housekeeper", daemon=True)
@@ -94,6 +98,7 @@ class Housekeeper(threading.Thread):
         while not self.stopped.wait(self.period_s):
             try:
                 self.scheduler.sweep()
+                self.scheduler.refresh_tokens()
                 self.scheduler.refresh_policy()
                 self.scheduler.save_policy_state()
             except Exception:  # keep sweeping; the next round retries
@@ -116,6 +121,7 @@ def build_scheduler(settings: ServiceSettings) -> Scheduler:
         memory_model=load_memory_model(settings.memory_model),
         max_fit_skips=settings.max_fit_skips,
         state_save_s=settings.state_save_s,
+        standby_poll_s=settings.standby_poll_s,
     )
 
 
@@ -147,7 +153,10 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
             403: {"model": m.Problem, "description": "token of the wrong role"},
             413: {"model": m.Problem, "description": "body too large"},
             422: {"model": m.Problem, "description": "malformed request"},
-            503: {"model": m.Problem, "description": "database unreachable"},
+            503: {
+                "model": m.Problem,
+                "description": "database unreachable, or this service stands by (Retry-After)",
+            },
         },
     )
     if settings.hot_path:
@@ -182,8 +191,6 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
         if creds is None:
             raise Unauthorized("missing bearer token (Authorization: Bearer <token>)")
         found = sched.principal(creds.credentials)
-        if found is None:
-            raise Unauthorized("unknown token")
         if found.role is not role:
             raise Forbidden(f"this route needs a {role.value} token")
         return found.name
@@ -263,9 +270,27 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
         await committed(pending)
         return JSONResponse(lease_json(grant))
 
+    @app.post(
+        "/v1/tasks/{task_id}/cancel",
+        response_model=m.CancelOut,
+        tags=["tenants"],
+        responses={
+            404: {"model": m.Problem, "description": "no such task of this tenant"},
+            409: {"model": m.Problem, "description": "the task ended already (done, dead)"},
+        },
+    )
+    async def cancel(task_id: TaskId, tenant: Tenant) -> m.CancelOut:
+        """Cancel one of the tenant's tasks, queued or leased (idempotent): a queued task is
+        never handed out; the worker holding a leased one hears 410 at its next heartbeat
+        and does not complete it."""
+        was, pending = sched.cancel(tenant, task_id)
+        await committed(pending)
+        return m.CancelOut(task_id=task_id, state="cancelled", was=was)
+
     lease_errors: dict[int | str, dict[str, Any]] = {
         404: {"model": m.Problem, "description": "no such task"},
         409: {"model": m.Problem, "description": "the lease ended or was superseded"},
+        410: {"model": m.Problem, "description": "the task was cancelled: stop, do not retry"},
     }
 
     @app.post(
@@ -304,10 +329,26 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
         await committed(pending)
         return m.FailOut(state=state.value)
 
-    @app.get("/healthz", response_model=m.Health, tags=["operations"])
-    async def healthz() -> m.Health:
-        """Liveness, the live policy and queue sizes."""
-        return m.Health(**sched.health())
+    @app.get(
+        "/healthz",
+        response_model=m.Health,
+        tags=["operations"],
+        responses={503: {"model": m.Health, "description": "standing by (Retry-After)"}},
+    )
+    async def healthz() -> Any:
+        """Readiness: the role (active or standby), the live policy and queue sizes; 503
+        while this service stands by."""
+        health = m.Health(**sched.health())
+        if health.role == "active":
+            return health
+        return JSONResponse(
+            health.model_dump(mode="json"), status_code=503, headers={"Retry-After": "1"}
+        )
+
+    @app.get("/livez", response_model=m.Live, tags=["operations"])
+    async def livez() -> m.Live:
+        """Liveness: the process answers (active or standing by)."""
+        return m.Live(role="active" if sched.active else "standby")
 
     @app.get("/metrics", response_class=PlainTextResponse, tags=["operations"])
     async def metrics() -> PlainTextResponse:

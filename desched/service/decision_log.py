@@ -6,7 +6,10 @@ never decreases within a file. Decision records carry ``kind="decision"`` and
 ``DECISION_COLUMNS`` plus the policy's components and ``free_mem_mb``; completion records
 carry ``kind="completion"`` and ``COMPLETION_COLUMNS`` plus the task's features and
 ``predicted_s``. A task has one completion record, for its outcome: ``ok``, or ``failed``
-once dead-lettered (a retried attempt shows as a second decision for the task). ``worker``
+once dead-lettered (a retried attempt shows as a second decision for the task). A task its
+tenant cancelled has a record of kind ``cancel`` instead (``CANCEL_COLUMNS``; ``was``: queued
+or leased, and for a leased one the worker that held it), which ingestion accepts and loads
+into no table (``desched.warehouse.rules.IGNORED_KINDS``). ``worker``
 is a stable integer code of the worker instance, ``worker_name`` its readable
 ``name/worker_id``. NaN is written as null.
 
@@ -127,6 +130,21 @@ def decision_record(
     }
     record.update(zip(policy.components, policy.parts))
     return record
+
+
+def cancel_record(task: LiveTask, was: str, worker: str | None, worker_id: str | None) -> dict[
+    str, Any
+]:
+    """The record of ``task``'s cancellation by its tenant, in state ``was``."""
+    return {
+        **worker_columns(worker or "", worker_id or ""),
+        "task_id": task.task_id,
+        "tenant": task.tenant,
+        "task_type": task.task_type,
+        "submit_s": task.submit_s,
+        "start_s": task.start_s,
+        "was": was,
+    }
 
 
 def completion_record(

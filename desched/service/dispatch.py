@@ -21,7 +21,7 @@ what its memory has left, while a task fits.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from desched.policies.base import Policy
 from desched.service.records import LiveTask
@@ -33,14 +33,21 @@ def pop_fitting(
     now: float,
     free_mem_mb: float | None,
     max_fit_skips: int,
+    admit: Callable[[LiveTask], bool] | None = None,
 ) -> tuple[int | None, int]:
     """``(position, skipped)`` of the task the poll gets, or ``(None, skipped)`` when none of
-    the first ``max_fit_skips`` candidates fits. The policy must not be empty."""
-    if free_mem_mb is None:
+    the first ``max_fit_skips`` candidates fits. The policy must not be empty.
+
+    ``admit`` is the hook for per-tenant admission (a concurrency cap): a candidate it
+    refuses is skipped exactly as one that does not fit, so it moves no policy state."""
+    if free_mem_mb is None and admit is None:
         return policy.pop(now), 0
 
     def fits(i: int) -> bool:
-        need = live[i].predicted_mem_mb
-        return need is None or need <= free_mem_mb
+        task = live[i]
+        if admit is not None and not admit(task):
+            return False
+        need = task.predicted_mem_mb
+        return free_mem_mb is None or need is None or need <= free_mem_mb
 
     return policy.pop_fitting(now, fits, max_fit_skips)

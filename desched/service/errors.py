@@ -39,10 +39,33 @@ class Conflict(ServiceError):
     status = 409
 
 
+class Gone(ServiceError):
+    """The task was cancelled by its tenant: a worker holding its lease stops and does not
+    complete it."""
+
+    status = 410
+
+
 class Unavailable(ServiceError):
     """The database cannot take the write now (shutting down, unreachable, too slow)."""
 
     status = 503
+    retry_after_s: int | None = None
+    """Seconds a client should wait before retrying (the ``Retry-After`` header), if known."""
+
+
+class Standby(Unavailable):
+    """This process stands by: another ``desched serve`` holds the database's writer lock.
+    A client retries, here or at another address."""
+
+    retry_after_s = 1
+
+
+class LostLeadership(Unavailable):
+    """The writer's database session was lost and another service took the writer lock
+    meanwhile: this process stands by from now on."""
+
+    retry_after_s = 1
 
 
 class StaleWrite(Unavailable):

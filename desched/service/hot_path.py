@@ -51,8 +51,11 @@ class HotPath:
         scheme, credentials = get_authorization_scheme_param(authorization.decode("latin-1"))
         if not (scheme and credentials) or scheme.lower() != "bearer":
             return None
-        found = self.sched.principal(credentials)
-        return found.name if found is not None and found.role is Role.WORKER else None
+        try:
+            found = self.sched.principal(credentials)
+        except ServiceError:  # unknown, revoked, expired, standing by: the route answers
+            return None
+        return found.name if found.role is Role.WORKER else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":

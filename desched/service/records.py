@@ -28,20 +28,24 @@ class Role(StrEnum):
 
 
 class TaskState(StrEnum):
-    """Where a task is: queued and leased tasks are live; done and dead ones have ended."""
+    """Where a task is: queued and leased tasks are live; done, dead and cancelled ones have
+    ended (cancelled: withdrawn by its tenant, queued or leased)."""
 
     QUEUED = "queued"
     LEASED = "leased"
     DONE = "done"
     DEAD = "dead"
+    CANCELLED = "cancelled"
 
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """The holder of a bearer token."""
+    """The holder of a bearer token; ``expires_at`` (epoch seconds) is None for a token that
+    does not expire."""
 
     role: Role
     name: str
+    expires_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

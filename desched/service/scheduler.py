@@ -37,6 +37,21 @@ Invariants, each enforced under one lock (``lock``):
 - Time is the injected clock's ``now`` (epoch seconds, never decreasing, not even across a
   restart: it starts no lower than the latest time stored). Policies see only that ``now``.
 - A decision-log record is written only after its change commits (``decision_log``).
+- One active service per database (high availability on PostgreSQL): only a process whose
+  writer connection holds the database's writer lock (``Store.try_writer_lock``) is
+  ``active``, and only an active one changes state. A process that finds the lock taken
+  stands by: it refuses every request with 503 and ``Retry-After`` (``Standby``), and its
+  writer thread tries the lock every ``standby_poll_s``; when it gets it (the active process
+  died: its session, and so its lock, went with it) it rebuilds memory from the database,
+  restores the saved policy state and serves. An active process whose writer session was
+  lost and whose lock another process took meanwhile stands by (``LostLeadership``). SQLite
+  has no standby: a second service on the same file is refused at start.
+- Cancellation: a tenant's queued task leaves the policy (``Policy.remove``: no per-tenant
+  charge); a leased one loses its lease, and its worker's next heartbeat, completion or
+  failure gets 410 (``Gone``). Either is a conditional write; repeating a cancel changes
+  nothing.
+- Tokens: ``TokenBook`` caches principals; ``refresh_tokens`` (every sweep) drops the cache
+  when the database's token epoch moved (a revocation) and acknowledges the epoch.
 
 The mechanism never branches on which policy runs; it reads only the policy's declared
 ``reads`` to refuse one that needs predictions when no predictor is loaded.
@@ -63,9 +78,22 @@ from desched.errors import DeschedError
 from desched.models.interfaces import DurationPredictor, MemoryPredictor
 from desched.policies.base import Policy
 from desched.service.clock import Clock
-from desched.service.decision_log import DecisionLog, completion_record, decision_record
+from desched.service.decision_log import (
+    DecisionLog,
+    cancel_record,
+    completion_record,
+    decision_record,
+)
 from desched.service.dispatch import pop_fitting
-from desched.service.errors import Conflict, Forbidden, NotFound, Unavailable
+from desched.service.errors import (
+    Conflict,
+    Forbidden,
+    Gone,
+    LostLeadership,
+    NotFound,
+    Standby,
+    Unavailable,
+)
 from desched.service.idempotency import SubmitKeys
 from desched.service.leases import LeaseBook
 from desched.service.policy_host import DEFAULT_POLICY, PolicyHost, PolicySpec
@@ -80,8 +108,13 @@ from desched.service.records import (
     request_digest,
 )
 from desched.service.store import (
+    TOKEN_EPOCH_SEEN_KEY,
+    Dialect,
     Store,
+    cancel_write,
     complete_write,
+    config_write,
+    db_errors,
     dead_letter_write,
     extend_write,
     insert_write,
@@ -116,6 +149,7 @@ class Scheduler:
         memory_model: MemoryPredictor | None = None,
         max_fit_skips: int = 64,
         state_save_s: float = 5.0,
+        standby_poll_s: float = 0.25,
     ) -> None:
         self.store = store
         self.write_store = (
@@ -129,7 +163,9 @@ class Scheduler:
         self.max_fit_skips = max_fit_skips
         self.lock = threading.Lock()
         self.read_lock = threading.Lock()
-        self.writer = Writer(self.write_store, self._recover)
+        self.active = False
+        """Whether this process holds the writer lock and serves (module docstring)."""
+        self.writer = Writer(self.write_store, self._recover, self._idle, standby_poll_s)
         self.predictions = Predictions(predictor, memory_model)
         self.host = PolicyHost(has_predictor=predictor is not None, state_save_s=state_save_s)
         self.leases = LeaseBook(lease_s)
@@ -157,29 +193,87 @@ class Scheduler:
         self.leases.clear()
 
     def start(self) -> None:
-        """Create the schema, take the writer lock, record the policy asked for, rebuild
-        memory from the database and start the writer thread."""
+        """Create the schema and start the writer thread; take the writer lock and serve
+        (record the policy asked for, rebuild memory from the database), or stand by when
+        another service holds the lock on PostgreSQL. On SQLite a held lock is an error."""
+        if self._wanted is not None:
+            self.host.check(self._wanted.name, self._wanted.params)
         with self.lock:
             self.store.migrate()
-            self.store.acquire_writer_lock()
-            if self._wanted is not None:
-                self.host.check(self._wanted.name, self._wanted.params)
-                self.store.set_policy(self._wanted.name, self._wanted.params)
-            with self.read_lock:
-                spec = PolicySpec.recorded(self.store.recorded_policy())
-            try:
-                self._rebuild(spec)
-            except DeschedError as exc:
-                # A recorded policy that cannot run here (e.g. no predictor any more) must not
-                # keep the service down: run the default and say why on /healthz.
-                self._rebuild(PolicySpec(DEFAULT_POLICY))
-                self.host.refuse(spec.config, f"recorded policy {spec.name!r} refused: {exc}")
+            if self.write_store.try_writer_lock():
+                self._activate()
+            elif self.write_store.dialect is Dialect.SQLITE:
+                self.write_store.acquire_writer_lock()  # raises, naming the lock
+            else:
+                logger.warning("another desched service holds the writer lock: standing by")
         self.writer.start()
+
+    def _activate(self) -> None:
+        """Serve: record the policy asked for, rebuild memory from the database (the saved
+        policy state included) and take the token epoch. Under the lock, holding the
+        writer lock."""
+        if self._wanted is not None:
+            self.store.set_policy(self._wanted.name, self._wanted.params)
+        with self.read_lock:
+            spec = PolicySpec.recorded(self.store.recorded_policy())
+        try:
+            self._rebuild(spec)
+        except DeschedError as exc:
+            # A recorded policy that cannot run here (e.g. no predictor any more) must not
+            # keep the service down: run the default and say why on /healthz.
+            self._rebuild(PolicySpec(DEFAULT_POLICY))
+            self.host.refuse(spec.config, f"recorded policy {spec.name!r} refused: {exc}")
+        self.tokens.clear()
+        self.active = True
+
+    def _demote(self, why: BaseException) -> None:
+        """Stand by (the writer lock was lost): forget memory; the writer thread tries the
+        lock again. Under the lock."""
+        logger.error("standing by: %s", why)
+        self.writer.fail_queued(why)
+        self.keys.clear()
+        self._reset()
+        self.tokens.clear()
+        self.active = False
+        self.counters.demotions += 1
+
+    def _idle(self) -> None:
+        """Called by the writer thread, on its own connection, every ``standby_poll_s`` it
+        has nothing to write: a standby tries the writer lock and takes over when it gets it;
+        an active service checks that its session (and so its lock) is still there."""
+        store = self.write_store
+        if store.dialect is Dialect.SQLITE:
+            return
+        try:
+            if store.holds_writer_lock:
+                store.ping()
+                return
+            if not store.try_writer_lock():
+                return
+        except LostLeadership as exc:
+            with self.lock:
+                self._demote(exc)
+            return
+        except db_errors() as exc:  # the next call reconnects
+            logger.warning("writer session check failed: %s", exc)
+            return
+        with self.lock:
+            self._activate()
+            self.counters.takeovers += 1
+        logger.warning("took over: this service holds the writer lock and serves")
+
+    def _require_active(self) -> None:
+        """``Standby`` (503, Retry-After) unless this process serves."""
+        if not self.active:
+            raise Standby(
+                "this desched service stands by (another one holds the database's writer "
+                "lock); retry, here or at another address"
+            )
 
     def stop(self) -> None:
         """Save the policy's state, commit what is queued and stop the writer; close both
         connections (idempotent)."""
-        if self.writer.is_alive():
+        if self.writer.is_alive() and self.active:
             try:
                 self.save_policy_state(force=True)
             except Unavailable:
@@ -209,7 +303,12 @@ class Scheduler:
 
     def _recover(self, exc: BaseException) -> None:
         """A batch failed to commit: fail what is queued behind it and rebuild from the
-        database (a stateful policy takes back its last saved state)."""
+        database (a stateful policy takes back its last saved state); stand by if the
+        writer lock was lost."""
+        if not self.write_store.holds_writer_lock:
+            with self.lock:
+                self._demote(exc)
+            return
         logger.error("commit failed, rebuilding state from the database: %s", exc)
         with self.lock:
             self.writer.fail_queued(exc)
@@ -244,6 +343,8 @@ class Scheduler:
         when nothing was written. What changed after the last save is lost at a crash,
         which only shifts counters by that much service."""
         with self.lock:
+            if not self.active:
+                return None
             write = self.host.state_write(self.clock(), force)
             return None if write is None else self.writer.add([write])
 
@@ -258,16 +359,31 @@ class Scheduler:
         with self.read_lock:
             config = self.store.recorded_policy()
         with self.lock:
-            if config is None or not self.host.is_new(config):
+            if not self.active or config is None or not self.host.is_new(config):
                 return False
             if not self.host.switch(config, self.tasks, self.queued, self.clock()):
                 return False
             self.counters.policy_switches += 1
             return True
 
-    def principal(self, token: str) -> Principal | None:
-        """Who holds ``token``, or None (``TokenBook``)."""
+    def principal(self, token: str) -> Principal:
+        """Who holds ``token``: ``Standby`` while standing by, ``Unauthorized`` for an unknown,
+        revoked or expired token (``TokenBook``)."""
+        self._require_active()
         return self.tokens.principal(token)
+
+    def refresh_tokens(self) -> Pending | None:
+        """Drop the token cache if the database's token epoch moved (a revocation) and
+        acknowledge the epoch applied (``TOKEN_EPOCH_SEEN_KEY``); the acknowledgement's
+        commit, or None when nothing moved. Cost: one query."""
+        if not self.active:
+            return None
+        with self.read_lock:
+            epoch = self.store.token_epoch()
+        with self.lock:
+            if not self.active or not self.tokens.refresh(epoch):
+                return None
+            return self.writer.add([config_write(TOKEN_EPOCH_SEEN_KEY, str(epoch))])
 
     def submit(
         self, tenant: str, items: Sequence[NewTask], idempotency_key: str | None = None
@@ -283,6 +399,7 @@ class Scheduler:
         digest = request_digest(items) if idempotency_key is not None else ""
         memory = self.predictions.memory_mb(tenant, items)
         with self.lock:
+            self._require_active()
             if idempotency_key is not None:
                 earlier = self.keys.earlier(tenant, idempotency_key, digest)
                 if earlier is not None:
@@ -315,6 +432,7 @@ class Scheduler:
 
     def task_view(self, tenant: str, task_id: str) -> dict[str, Any]:
         """The stored record of ``task_id`` if ``tenant`` owns it, else ``NotFound``."""
+        self._require_active()
         with self.read_lock:
             view = self.store.task_view(task_id)
         if view is None or view["tenant"] != tenant:
@@ -329,6 +447,7 @@ class Scheduler:
         ``(None, None)`` when no queued task fits (module docstring, memory-aware dispatch).
         """
         with self.lock:
+            self._require_active()
             t0 = time.perf_counter()
             now = self.clock()
             self._expire(now)
@@ -378,7 +497,9 @@ class Scheduler:
             return Grant(task, lease_id, expires, attempt), pending
 
     def _leased(self, worker: str, task_id: str, lease_id: str, now: float) -> tuple[int, LiveTask]:
-        """The leased task ``task_id`` if ``worker`` holds its current lease ``lease_id``."""
+        """The leased task ``task_id`` if ``worker`` holds its current lease ``lease_id``;
+        ``Gone`` when its tenant cancelled it."""
+        self._require_active()
         self._expire(now)
         i = self.position.get(task_id)
         task = self.live.get(i) if i is not None else None
@@ -391,6 +512,8 @@ class Scheduler:
                     state = self.store.task_state(task_id)
             if state is None:
                 raise NotFound(f"no task {task_id!r}")
+            if state == TaskState.CANCELLED.value:
+                raise Gone(f"task {task_id!r} was cancelled by its tenant: stop working on it")
             raise Conflict(f"task {task_id!r} has no current lease (state {state})")
         assert i is not None
         if task.worker != worker:
@@ -455,6 +578,46 @@ class Scheduler:
                 self._log_completion(pending, now, task, held, "failed", ran_s, None)
             return state, pending
 
+    def cancel(self, tenant: str, task_id: str) -> tuple[str, Pending | None]:
+        """Cancel ``tenant``'s task ``task_id``, queued or leased: the state it was in
+        (``queued``, ``leased``, or ``cancelled`` for a repeat, which changes nothing) and the
+        commit to await. ``NotFound`` for another tenant's task, ``Conflict`` for one that
+        ended (done, dead). A queued task leaves the policy uncharged (``Policy.remove``); a
+        leased one's lease ends, and its worker hears 410 at its next heartbeat."""
+        with self.lock:
+            self._require_active()
+            now = self.clock()
+            self._expire(now)
+            i = self.position.get(task_id)
+            task = self.live.get(i) if i is not None else None
+            if task is None or task.tenant != tenant:
+                with self.read_lock:
+                    view = self.store.task_view(task_id)
+                if view is None or view["tenant"] != tenant:
+                    raise NotFound(f"no task {task_id!r} for this tenant")
+                state = self.ending.get(task_id, view["state"])
+                if state != TaskState.CANCELLED.value:
+                    raise Conflict(f"task {task_id!r} cannot be cancelled: it is {state}")
+                return TaskState.CANCELLED.value, self.writer.add([])  # after the first's
+            assert i is not None
+            if task.lease_id is None:
+                was, held = TaskState.QUEUED.value, None
+                self.host.policy.remove(i, now)
+                self.queued.discard(i)
+                self.backlog[task.tenant] -= 1
+                pending = self.writer.add([cancel_write(task.seq, None, now)])
+                self.counters.cancelled_queued += 1
+            else:
+                was, held = TaskState.LEASED.value, self.leases.release(i)
+                pending = self.writer.add([cancel_write(task.seq, held.lease_id, now)])
+                self.counters.cancelled_leased += 1
+            self._forget(i, task, TaskState.CANCELLED, pending)
+            if self.log is not None:
+                worker, worker_id = (held.worker, held.worker_id) if held else (None, None)
+                record = cancel_record(task, was, worker, worker_id)
+                self.log.write_after(pending, "cancel", now, record)
+            return was, pending
+
     def _end_attempt(
         self, i: int, task: LiveTask, held: Lease, now: float, error: str, retryable: bool
     ) -> tuple[TaskState, Pending]:
@@ -502,6 +665,8 @@ class Scheduler:
         """Expire due leases (the housekeeper calls this periodically); how many expired.
         After a failed rebuild (the database was down) it retries the rebuild first."""
         with self.lock:
+            if not self.active:
+                return 0
             if self._stale:
                 self._rebuild(self.host.spec)
             return self._expire(self.clock())
@@ -525,11 +690,12 @@ class Scheduler:
 
     def health(self) -> dict[str, Any]:
         with self.lock:
-            policy = self.host.policy
+            status = "degraded" if self._stale else "ok"
             return {
-                "status": "degraded" if self._stale else "ok",
-                "policy": policy.name,
-                "params": policy.params.model_dump(),
+                "status": status if self.active else "standby",
+                "role": "active" if self.active else "standby",
+                "policy": self.host.spec.name,
+                "params": self.host.policy.params.model_dump() if self.active else {},
                 "queued": len(self.queued),
                 "leased": len(self.leases),
                 "predictor": self.predictions.duration is not None,
@@ -543,7 +709,8 @@ class Scheduler:
                 counters=self.counters.copy(),
                 queue_length=sorted(self.backlog.items()),
                 leased=len(self.leases),
-                policy=self.host.policy.name,
+                policy=self.host.spec.name,
+                active=self.active,
             )
 
     def metrics(self) -> str:

@@ -1,7 +1,10 @@
 """Request and response bodies of the HTTP API, with the limits that keep bad input a 4xx.
 
 Every string is bounded and may hold neither NUL nor lone surrogates (PostgreSQL and UTF-8
-refuse both); every number is finite and bounded; unknown fields are refused.
+refuse both); every number is finite and bounded; unknown fields are refused. Request bodies
+are strict (``RequestBody``): a value must have the JSON type the schema names (a number
+field refuses ``"1"`` and ``true``, a boolean refuses ``1`` and ``"true"``, an integer
+refuses ``1.0``, a string refuses numbers), so the OpenAPI schema and the behaviour agree.
 """
 
 from __future__ import annotations
@@ -38,7 +41,13 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class TaskIn(Body):
+class RequestBody(Body):
+    """A request body: strict JSON types (module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class TaskIn(RequestBody):
     """One document enrichment request."""
 
     task_type: Name = Field(description="enrichment asked for: ocr_clean, extract, ...")
@@ -60,7 +69,7 @@ class TaskView(Body):
     task_id: str
     tenant: str
     task_type: str
-    state: str = Field(description="queued, leased, done or dead")
+    state: str = Field(description="queued, leased, done, dead or cancelled")
     attempts: int = Field(description="leases granted so far")
     submit_s: float
     start_s: float | None = Field(None, description="start of the latest attempt")
@@ -75,7 +84,7 @@ class TaskView(Body):
     error: str | None = Field(None, description="the latest failure, if any")
 
 
-class PollIn(Body):
+class PollIn(RequestBody):
     worker_id: Name = Field(description="the polling instance of this worker (slot, GPU, ...)")
     free_mem_mb: MemoryMb | None = Field(
         None,
@@ -101,7 +110,7 @@ class LeaseOut(Body):
     )
 
 
-class LeaseIn(Body):
+class LeaseIn(RequestBody):
     lease_id: Annotated[str, Field(min_length=1, max_length=64, pattern=TASK_ID_PATTERN)]
 
 
@@ -124,13 +133,26 @@ class FailOut(Body):
     state: str = Field(description="queued (will retry) or dead (dead-lettered)")
 
 
+class CancelOut(Body):
+    task_id: str
+    state: str = Field(description="cancelled")
+    was: str = Field(
+        description="the state it was cancelled in: queued or leased; cancelled for a repeat"
+    )
+
+
 class Problem(Body):
     detail: str | list[object]
 
 
 class Health(Body):
     status: str = Field(
-        description="ok, or degraded while memory waits to be rebuilt from an unreachable database"
+        description="ok; degraded while memory waits to be rebuilt from an unreachable "
+        "database; standby while another service holds the writer lock"
+    )
+    role: str = Field(
+        "active",
+        description="active (holds the database's writer lock and serves) or standby",
     )
     policy: str
     params: dict[str, object]
@@ -140,3 +162,7 @@ class Health(Body):
     policy_error: str | None = Field(
         None, description="why the last recorded policy switch was refused, if it was"
     )
+
+
+class Live(Body):
+    role: str = Field(description="active or standby")

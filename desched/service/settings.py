@@ -71,6 +71,13 @@ class ServiceSettings(DeschedSettings):
         description="how often, at most, the live policy's per-tenant state (counters of "
         "service, round-robin turn) is saved to the database for a restart to take back",
     )
+    standby_poll_s: float = Field(
+        0.25,
+        gt=0,
+        le=60,
+        description="how often a standby service (PostgreSQL: another one holds the writer "
+        "lock) tries to take over, and an active one checks its writer session",
+    )
     predictor_registry: Path | None = Field(
         Path("models"),
         description="model registry whose champion predicts durations at submit; None or a "

@@ -7,6 +7,13 @@ dialect differences: placeholders (``?`` vs ``%s``), how a write transaction sta
 the kernel or the server drops either when the process dies, even by SIGKILL). SQL is
 written once with ``?`` placeholders and types both engines accept.
 
+The writer lock is taken on the connection that commits the service's writes (the writer
+thread's ``Store``), so a write is only ever committed by a session that holds it: when that
+session is lost, the lock goes with it, and a reconnect that cannot take the lock again
+raises ``LostLeadership`` before anything is written (a standby may have taken over). On
+PostgreSQL every session asks the server for TCP keepalives, so the lock of a machine that
+vanished is released within about ``PG_KEEPALIVE_S`` seconds.
+
 Durability (``durability``): a commit survives a crash of the service process in both modes;
 "machine" also makes it survive a crash of the machine or of the database server, at the
 price of one WAL flush per commit, which the single writer cannot overlap.
@@ -37,6 +44,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from desched.errors import DeschedError
+from desched.service.errors import LostLeadership
 from desched.service.records import LiveTask, Role, TaskState
 
 
@@ -51,6 +59,8 @@ SCHEMA = (
         role TEXT NOT NULL,
         name TEXT NOT NULL,
         created_at DOUBLE PRECISION NOT NULL,
+        expires_at DOUBLE PRECISION,
+        revoked_at DOUBLE PRECISION,
         UNIQUE (role, name)
     )""",
     """CREATE TABLE IF NOT EXISTS tasks (
@@ -130,9 +140,21 @@ VIEW_COLUMNS = (
     "result_ref",
     "error",
 )
-ADDED_COLUMNS = (("predicted_mem_mb", "DOUBLE PRECISION"),)
-"""Columns of ``tasks`` added after the first release: ``migrate`` adds them to an old database."""
+ADDED_COLUMNS = (
+    ("tasks", "predicted_mem_mb", "DOUBLE PRECISION"),
+    ("principals", "expires_at", "DOUBLE PRECISION"),
+    ("principals", "revoked_at", "DOUBLE PRECISION"),
+)
+"""``(table, column, type)`` added after the first release: ``migrate`` adds them to an old
+database."""
 _ADVISORY_KEY = 0x64657363  # "desc"
+_MIGRATE_KEY = 0x6D696772  # "migr": serialises concurrent migrations on PostgreSQL
+PG_KEEPALIVE_S = (5, 2, 3)
+"""TCP keepalive idle, interval (seconds) and count the server uses on each session."""
+TOKEN_EPOCH_KEY = "token_epoch"
+"""Config row counting token revocations; a running service re-reads it every sweep."""
+TOKEN_EPOCH_SEEN_KEY = "token_epoch_seen"
+"""Config row where the active service acknowledges the revocations it has applied."""
 POLICY_KEY = "policy"
 """Config row holding the live policy: ``{"name", "params", "set_at"}``."""
 SET_CONFIG = (
@@ -178,6 +200,11 @@ REQUEUE_TASK = _update_sql(
 DEAD_LETTER_TASK = _update_sql(
     ("state", "error", "lease_expires_at", "end_s"), ("state", "lease_id")
 )
+CANCEL_QUEUED = _update_sql(("state", "end_s", "error"), ("state",))
+CANCEL_LEASED = _update_sql(
+    ("state", "end_s", "error", "lease_expires_at"), ("state", "lease_id")
+)
+CANCELLED_ERROR = "cancelled by its tenant"
 
 
 def insert_write(
@@ -290,6 +317,22 @@ def dead_letter_write(seq: int, lease_id: str, error: str, end_s: float) -> Writ
     )
 
 
+def cancel_write(seq: int, lease_id: str | None, end_s: float) -> Write:
+    """Cancel task ``seq``: queued (``lease_id`` None) or leased under ``lease_id``. The lease
+    columns stay, to show who held it."""
+    cancelled, why = TaskState.CANCELLED.value, CANCELLED_ERROR
+    if lease_id is None:
+        return Write(CANCEL_QUEUED, (cancelled, end_s, why, seq, TaskState.QUEUED.value))
+    return Write(
+        CANCEL_LEASED, (cancelled, end_s, why, None, seq, TaskState.LEASED.value, lease_id)
+    )
+
+
+def config_write(key: str, value: str) -> Write:
+    """Write config row ``key`` (inserted or replaced: one row either way)."""
+    return Write(SET_CONFIG, (key, value))
+
+
 def policy_state_write(value: str) -> Write:
     """Record the live policy's saved state (a JSON document) in ``config``."""
     return Write(SET_CONFIG, (POLICY_STATE_KEY, value))
@@ -301,6 +344,11 @@ def _pg_errors() -> tuple[type[Exception], ...]:
     except ImportError:
         return ()
     return (psycopg.Error,)
+
+
+def db_errors() -> tuple[type[Exception], ...]:
+    """The database drivers' error classes (sqlite3's, and psycopg's when installed)."""
+    return (sqlite3.Error, *_pg_errors())
 
 
 def new_token() -> str:
@@ -333,6 +381,7 @@ class Store:
         self.dialect, self.target = parse_db(url)
         self._lock_file: Any = None
         self._holds_pg_lock = False
+        self.lock_attempts = 0
         self.conn: Any
         self._connect()
 
@@ -358,17 +407,26 @@ class Store:
                 raise DeschedError(f"cannot connect to PostgreSQL: {first}") from None
             sync = "off" if durability == "process" else "on"
             self.conn.execute(f"SET synchronous_commit = {sync}")
+            idle, interval, count = PG_KEEPALIVE_S
+            self.conn.execute(f"SET tcp_keepalives_idle = {idle}")
+            self.conn.execute(f"SET tcp_keepalives_interval = {interval}")
+            self.conn.execute(f"SET tcp_keepalives_count = {count}")
 
     def _alive(self) -> None:
         """Reconnect a PostgreSQL session that was lost (server restart, killed backend),
-        taking the writer lock again if this session held it. The statement that found the
-        connection broken has already failed; this makes the next one work."""
+        taking the writer lock again if this session held it (``LostLeadership`` when another
+        service took it meanwhile). The statement that found the connection broken has
+        already failed; this makes the next one work."""
         if self.dialect is Dialect.SQLITE or not (self.conn.closed or self.conn.broken):
             return
         self._connect()
         if self._holds_pg_lock:
             self._holds_pg_lock = False
-            self.acquire_writer_lock()
+            if not self.try_writer_lock():
+                raise LostLeadership(
+                    "lost the database session, and another desched service took the "
+                    "writer lock meanwhile: standing by"
+                )
 
     def close(self) -> None:
         try:
@@ -412,69 +470,192 @@ class Store:
 
     def migrate(self) -> None:
         """Create the tables if they do not exist, and add the columns later versions added
-        to an older database (idempotent)."""
+        to an older database (idempotent; two services starting at once on PostgreSQL take
+        turns)."""
         with self.transaction():
+            if self.dialect is Dialect.POSTGRES:
+                self.execute(
+                    "SELECT pg_advisory_xact_lock(CAST(? AS INTEGER), hashtext(current_schema()))",
+                    (_MIGRATE_KEY,),
+                )
             for statement in SCHEMA:
                 self.execute(statement)
-        missing: tuple[type[Exception], ...] = (sqlite3.Error, *_pg_errors())
-        for column, kind in ADDED_COLUMNS:
-            try:
-                self.execute(f"SELECT {column} FROM tasks WHERE 1 = 0").fetchall()
-            except missing:
-                self.execute(f"ALTER TABLE tasks ADD COLUMN {column} {kind}")
+            missing: tuple[type[Exception], ...] = (sqlite3.Error, *_pg_errors())
+            for table, column, kind in ADDED_COLUMNS:
+                try:
+                    with self._savepoint():
+                        self.execute(f"SELECT {column} FROM {table} WHERE 1 = 0").fetchall()
+                except missing:
+                    self.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
-    def acquire_writer_lock(self) -> None:
-        """Become the one service writing this database, or raise if another one is."""
+    @contextmanager
+    def _savepoint(self) -> Iterator[None]:
+        """A nested transaction: a failed statement inside rolls back only itself."""
+        if self.dialect is Dialect.POSTGRES:
+            with self.conn.transaction():
+                yield
+            return
+        self.conn.execute("SAVEPOINT probe")
+        try:
+            yield
+        except BaseException:
+            self.conn.execute("ROLLBACK TO probe")
+            raise
+        finally:
+            self.conn.execute("RELEASE probe")
+
+    @property
+    def holds_writer_lock(self) -> bool:
+        """Whether this connection holds the writer lock (``try_writer_lock``)."""
+        return self._holds_pg_lock or self._lock_file is not None
+
+    def try_writer_lock(self) -> bool:
+        """Take the lock that makes this the one service writing the database, unless another
+        service holds it; whether this connection holds it now. Cost: one query (PostgreSQL)
+        or one ``flock`` (SQLite)."""
+        if self.holds_writer_lock:
+            return True
+        self.lock_attempts += 1
         if self.dialect is Dialect.POSTGRES:
             row = self.execute(
                 "SELECT pg_try_advisory_lock(CAST(? AS INTEGER), hashtext(current_schema()))",
                 (_ADVISORY_KEY,),
             ).fetchone()
-            if not row[0]:
-                raise DeschedError(
-                    "another desched service already owns this database (and schema)"
-                )
-            self._holds_pg_lock = True
-            return
+            self._holds_pg_lock = bool(row[0])
+            return self._holds_pg_lock
         import fcntl
 
-        lock_path = Path(f"{self.target}.serve-lock")
-        handle = lock_path.open("a")
+        handle = self._lock_path.open("a")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             handle.close()
-            raise DeschedError(
-                f"another desched service already owns {self.target} (lock {lock_path})"
-            ) from None
+            return False
         self._lock_file = handle
+        return True
 
-    def add_principal(self, role: Role, name: str) -> str:
-        """Register ``name`` in ``role`` and return its new token (printed once, stored hashed)."""
+    @property
+    def _lock_path(self) -> Path:
+        return Path(f"{self.target}.serve-lock")
+
+    def acquire_writer_lock(self) -> None:
+        """Become the one service writing this database, or raise if another one is."""
+        if self.try_writer_lock():
+            return
+        if self.dialect is Dialect.POSTGRES:
+            raise DeschedError("another desched service already owns this database (and schema)")
+        raise DeschedError(
+            f"another desched service already owns {self.target} (lock {self._lock_path})"
+        )
+
+    def ping(self) -> None:
+        """One trivial query: finds a lost session (the next statement reconnects)."""
+        self.execute("SELECT 1").fetchall()
+
+    def service_running(self) -> bool:
+        """Whether some service holds the writer lock of this database now (read without
+        taking it)."""
+        if self.holds_writer_lock:
+            return True
+        if self.dialect is Dialect.POSTGRES:
+            row = self.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+                "AND classid = CAST(CAST(? AS INTEGER) AS oid) "
+                "AND objid = CAST(hashtext(current_schema()) AS oid) AND objsubid = 2)",
+                (_ADVISORY_KEY,),
+            ).fetchone()
+            return bool(row[0])
+        import fcntl
+
+        if not self._lock_path.exists():
+            return False
+        with self._lock_path.open("a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                return True
+            fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
+
+    def add_principal(self, role: Role, name: str, expires_at: float | None = None) -> str:
+        """Register ``name`` in ``role`` and return its new token (printed once, stored
+        hashed); the token expires at ``expires_at`` (epoch seconds) if given. A name whose
+        token was revoked gets a fresh one; a name with a live token is refused."""
         token = new_token()
         with self.transaction():
-            exists = self.execute(
-                "SELECT 1 FROM principals WHERE role = ? AND name = ?", (role.value, name)
+            row = self.execute(
+                "SELECT revoked_at FROM principals WHERE role = ? AND name = ?",
+                (role.value, name),
             ).fetchone()
-            if exists:
-                raise DeschedError(f"{role.value} {name!r} already exists")
+            if row is not None and row[0] is None:
+                raise DeschedError(
+                    f"{role.value} {name!r} already exists (revoke it first for a new token)"
+                )
+            if row is not None:
+                self.execute(
+                    "DELETE FROM principals WHERE role = ? AND name = ?", (role.value, name)
+                )
             self.execute(
-                "INSERT INTO principals (token_sha256, role, name, created_at) VALUES (?, ?, ?, ?)",
-                (hash_token(token), role.value, name, time.time()),
+                "INSERT INTO principals (token_sha256, role, name, created_at, expires_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (hash_token(token), role.value, name, time.time(), expires_at),
             )
         return token
 
-    def principal(self, token_sha256: str) -> tuple[Role, str] | None:
+    def revoke_principal(self, role: Role, name: str) -> int:
+        """Revoke ``name``'s token in ``role`` and count the revocation in the token epoch
+        (one transaction); the new epoch, which a running service acknowledges in
+        ``token_epoch_seen`` once it refuses the token. ``DeschedError`` for an unknown name;
+        revoking twice changes nothing the second time."""
+        with self.transaction():
+            row = self.execute(
+                "SELECT revoked_at FROM principals WHERE role = ? AND name = ?",
+                (role.value, name),
+            ).fetchone()
+            if row is None:
+                raise DeschedError(f"no {role.value} {name!r}")
+            if row[0] is None:
+                self.execute(
+                    "UPDATE principals SET revoked_at = ? WHERE role = ? AND name = ?",
+                    (time.time(), role.value, name),
+                )
+            epoch = self.token_epoch() + 1
+            self.execute(SET_CONFIG, (TOKEN_EPOCH_KEY, str(epoch)))
+        return epoch
+
+    def token_epoch(self) -> int:
+        """Revocations so far (``TOKEN_EPOCH_KEY``)."""
+        value = self.get_config(TOKEN_EPOCH_KEY)
+        return int(value) if value is not None else 0
+
+    def token_epoch_seen(self) -> int:
+        """The token epoch the active service last acknowledged."""
+        value = self.get_config(TOKEN_EPOCH_SEEN_KEY)
+        return int(value) if value is not None else 0
+
+    def principal(self, token_sha256: str) -> tuple[Role, str, float | None, float | None] | None:
+        """``(role, name, expires_at, revoked_at)`` of the token with this hash, or None."""
         row = self.execute(
-            "SELECT role, name FROM principals WHERE token_sha256 = ?", (token_sha256,)
+            "SELECT role, name, expires_at, revoked_at FROM principals WHERE token_sha256 = ?",
+            (token_sha256,),
         ).fetchone()
-        return (Role(row[0]), row[1]) if row else None
+        return (Role(row[0]), row[1], row[2], row[3]) if row else None
 
     def principals(self, role: Role) -> list[str]:
         rows = self.execute(
             "SELECT name FROM principals WHERE role = ? ORDER BY name", (role.value,)
         ).fetchall()
         return [r[0] for r in rows]
+
+    def principal_rows(self, role: Role) -> list[tuple[str, float, float | None, float | None]]:
+        """``(name, created_at, expires_at, revoked_at)`` of every principal in ``role``."""
+        rows = self.execute(
+            "SELECT name, created_at, expires_at, revoked_at FROM principals WHERE role = ? "
+            "ORDER BY name",
+            (role.value,),
+        ).fetchall()
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
 
     def get_config(self, key: str) -> str | None:
         row = self.execute("SELECT value FROM config WHERE key = ?", (key,)).fetchone()

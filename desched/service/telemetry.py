@@ -9,8 +9,9 @@ queued tasks).
 
 Names, labels and meanings are part of the service's contract (dashboards, ``desched
 live-demo`` and ``benchmarks/bench_service.py`` read them): ``desched_queue_length{tenant}``,
-``desched_leased_tasks``, the ``desched_*_total`` counters, ``desched_policy_info{policy}``
-and the ``desched_decision_latency_seconds`` histogram.
+``desched_leased_tasks``, ``desched_active`` (1 while this process holds the writer lock, 0
+while it stands by), the ``desched_*_total`` counters, ``desched_policy_info{policy}`` and
+the ``desched_decision_latency_seconds`` histogram.
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ class Counters:
     unfit_skips: int = 0
     unfit_polls: int = 0
     policy_state_restores: int = 0
+    cancelled_queued: int = 0
+    cancelled_leased: int = 0
+    takeovers: int = 0
+    demotions: int = 0
     latency_sum_s: float = 0.0
     latency_buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_S) + 1))
 
@@ -70,6 +75,7 @@ class Snapshot:
     """Queued tasks per tenant, sorted by tenant."""
     leased: int
     policy: str
+    active: bool
 
 
 _COUNTERS = (
@@ -84,6 +90,16 @@ _COUNTERS = (
         "desched_policy_state_restores",
         "Starts and rebuilds that took back the policy state saved by an earlier run.",
         "policy_state_restores",
+    ),
+    (
+        "desched_takeovers",
+        "Times this process took the writer lock after standing by and began to serve.",
+        "takeovers",
+    ),
+    (
+        "desched_demotions",
+        "Times this process lost the writer lock to another service and stood by.",
+        "demotions",
     ),
     (
         "desched_unfit_skips",
@@ -115,8 +131,21 @@ class SchedulerCollector(Collector):
             queue.add_metric([tenant], n)
         yield queue
         yield GaugeMetricFamily("desched_leased_tasks", "Tasks leased to workers now.", s.leased)
+        yield GaugeMetricFamily(
+            "desched_active",
+            "1 while this process holds the writer lock and serves, 0 while it stands by.",
+            int(s.active),
+        )
         for name, text, attr in _COUNTERS:
             yield CounterMetricFamily(name, text, getattr(c, attr))
+        cancelled = CounterMetricFamily(
+            "desched_tasks_cancelled",
+            "Tasks cancelled by their tenant, by the state they were cancelled in.",
+            labels=["was"],
+        )
+        cancelled.add_metric(["queued"], c.cancelled_queued)
+        cancelled.add_metric(["leased"], c.cancelled_leased)
+        yield cancelled
         info = GaugeMetricFamily("desched_policy_info", "The live policy.", labels=["policy"])
         info.add_metric([s.policy], 1)
         yield info

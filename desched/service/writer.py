@@ -11,6 +11,9 @@ Invariants:
 - After a failed batch, ``on_failure`` runs (the scheduler rebuilds its memory from the
   database) before any waiter of the batch wakes up and before the next batch is taken.
 - After ``stop`` no write is accepted (``Unavailable``); what was queued before is committed.
+- Nothing is written through a connection that does not hold the writer lock (``Standby``).
+  Every ``idle_s`` without writes the thread calls ``on_idle`` (the scheduler's standby
+  poll and session check), which may use ``store``: the thread owns the connection.
 
 One transaction per batch instead of per request amortises the round trip and the WAL flush
 that a single writer cannot overlap: requests that arrive while one batch commits share the
@@ -25,7 +28,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 
-from desched.service.errors import StaleWrite, Unavailable
+from desched.service.errors import StaleWrite, Standby, Unavailable
 from desched.service.store import Store, Write
 
 logger = logging.getLogger("desched.service")
@@ -43,10 +46,18 @@ def wait(pending: Pending | None, timeout: float | None = 30.0) -> None:
 class Writer(threading.Thread):
     """Group commit over ``store`` (a connection of its own); see the module docstring."""
 
-    def __init__(self, store: Store, on_failure: Callable[[BaseException], None]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        on_failure: Callable[[BaseException], None],
+        on_idle: Callable[[], None] | None = None,
+        idle_s: float = 0.25,
+    ) -> None:
         super().__init__(name="desched-writer", daemon=True)
         self.store = store
         self.on_failure = on_failure
+        self.on_idle = on_idle
+        self.idle_s = idle_s
         self.cond = threading.Condition()
         self.writes: list[Write] = []
         self.waiters: list[Pending] = []
@@ -82,12 +93,24 @@ class Writer(threading.Thread):
     def run(self) -> None:
         while True:
             with self.cond:
+                idle = False
                 while not self.writes and not self.waiters and not self.stopping:
-                    self.cond.wait()
-                if not self.writes and not self.waiters:
+                    if self.on_idle is None:
+                        self.cond.wait()
+                    elif not self.cond.wait(self.idle_s):
+                        idle = True
+                        break
+                if not idle and not self.writes and not self.waiters:
                     return
                 writes, waiters = self.writes, self.waiters
                 self.writes, self.waiters = [], []
+            if idle:
+                assert self.on_idle is not None
+                try:
+                    self.on_idle()
+                except Exception:  # the next round tries again
+                    logger.exception("writer idle round failed")
+                continue
             try:
                 self.commit(writes)
             except BaseException as exc:  # noqa: BLE001 - every waiter must hear of it
@@ -106,6 +129,8 @@ class Writer(threading.Thread):
         """One transaction: every write changes its one row, or none is kept."""
         if not writes:
             return
+        if not self.store.holds_writer_lock:
+            raise Standby("this service does not hold the writer lock")
         with self.store.transaction():
             for sql, group in itertools.groupby(writes, key=lambda w: w.sql):
                 rows = [w.params for w in group]

@@ -62,7 +62,10 @@ ROW_RULES: tuple[Rule, ...] = (
 """Rules checked on a staged batch, in precedence order (``malformed_record`` is found by the
 reader, before a row exists)."""
 
-LOG_KINDS = ("decision", "completion")
+IGNORED_KINDS = ("cancel",)
+"""Record kinds the decision log may hold that ingestion accepts and loads into no table: a
+task's cancellation by its tenant (``desched.service.decision_log``)."""
+LOG_KINDS = ("decision", "completion", *IGNORED_KINDS)
 KEY_COLUMNS = ("kind", "seq", "task_id", "tenant")
 COMMON_COLUMNS = ("t", "worker")
 DECISION_REQUIRED = ("policy", "score", "queue_len", "tenant_backlog", "wait_s")
