@@ -26,7 +26,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_simulator.py
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check desched flows tasks tests benchmarks
+	$(VENV)/bin/ruff check desched tests benchmarks scripts
 	$(VENV)/bin/mypy
 
 clean:

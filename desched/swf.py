@@ -2,7 +2,7 @@
 
 An SWF file (plain or gzip, recognised by its magic bytes, not its name) has one job a line,
 18 whitespace-separated numeric fields, header lines starting with ';' and -1 for unknown
-(../shared/data/traces/SOURCE.md). A job becomes one trace row:
+(data/samples/traces/SOURCE.md). A job becomes one trace row:
 
 ==============  =========================================================================
 column          from (field number, 1-based)

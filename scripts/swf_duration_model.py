@@ -1,6 +1,6 @@
 """Duration model on the real SWF logs: held-out metrics of the model against the baselines.
 
-For each log in ../shared/data/traces, imports it (``desched.models.training.load_trace_or_swf``:
+For each log in data/samples/traces, imports it (``desched.models.training.load_trace_or_swf``:
 ``desched.swf.import_swf`` plus the queue waits, so that a job counts as history only once it
 has really ended), trains with default settings and prints the markdown tables that go into
 docs/duration-model.md. Writes nothing else.
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT.parent / "shared" / "data" / "traces"
+TRACES = ROOT / "data" / "samples" / "traces"
 LOGS = ("LANL-CM5-1994-4.1-cln.swf.gz", "LLNL-Atlas-2006-2.1-cln.swf.gz")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = ROOT.parent / "shared" / "data"
+SAMPLES = ROOT / "data" / "samples"
 
 os.environ.setdefault("PREFECT_HOME", str(ROOT / ".prefect" / "tests"))
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")

@@ -131,7 +131,7 @@ def test_an_enrichment_worker_flow_completes_tasks_with_real_duration_and_peak_m
     receipts: dict[str, Receipt],
 ) -> None:
     from desched.enrich.results import read_results
-    from flows.enrich import enrichment_worker
+    from desched.flows.enrich import enrichment_worker
 
     svc, tokens = service
     ids = ["001", "005", "007", "013"]

@@ -171,7 +171,7 @@ def test_the_evaluate_command_writes_the_table_the_drift_series_and_the_cells(
 def test_the_evaluate_flow_runs_every_cell_on_the_task_runner_and_writes_its_files(
     prefect_harness: None, tmp_path: Path
 ) -> None:
-    from flows.evaluate import evaluate_policies
+    from desched.flows.evaluate import evaluate_policies
 
     result = evaluate_policies(
         traces=[SMALL], policies=["ifs-memoryless", "fifo"], seeds=[0, 1], workers=3,
@@ -185,7 +185,7 @@ def test_the_evaluate_flow_runs_every_cell_on_the_task_runner_and_writes_its_fil
 
 def test_an_absent_cluster_integration_is_a_one_line_error() -> None:
     pytest.importorskip("prefect")
-    from flows.evaluate import task_runner
+    from desched.flows.evaluate import task_runner
 
     try:
         import prefect_dask  # noqa: F401

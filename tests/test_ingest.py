@@ -116,7 +116,7 @@ def counts(db: Path) -> dict[str, int]:
 def test_a_clean_log_loads_every_row_and_a_second_run_adds_nothing(prefect_harness, tmp_path):
     from prefect.artifacts import Artifact
 
-    from flows.ingest import ingest_logs
+    from desched.flows.ingest import ingest_logs
 
     log = simulated_log(tmp_path / "logs" / "run1")
     db = tmp_path / "warehouse.duckdb"
@@ -142,7 +142,7 @@ def test_a_clean_log_loads_every_row_and_a_second_run_adds_nothing(prefect_harne
 def test_every_kind_of_bad_row_ends_in_quarantine_with_its_rule_and_file(prefect_harness, tmp_path):
     from prefect.artifacts import Artifact
 
-    from flows.ingest import ingest_logs
+    from desched.flows.ingest import ingest_logs
 
     log = write_jsonl(tmp_path / "logs" / "service-log.jsonl", BAD_LOG)
     db = tmp_path / "warehouse.duckdb"
@@ -173,7 +173,7 @@ def test_every_kind_of_bad_row_ends_in_quarantine_with_its_rule_and_file(prefect
 def test_truncated_and_unreadable_files_are_quarantined_whole_and_the_others_still_load(
     prefect_harness, tmp_path
 ):
-    from flows.ingest import ingest_logs
+    from desched.flows.ingest import ingest_logs
 
     logs = tmp_path / "logs"
     good = simulated_log(logs / "run1")
@@ -221,7 +221,7 @@ def test_the_ingest_command_prints_one_line_and_refuses_a_missing_folder(prefect
 
 def test_a_missing_logs_folder_fails_the_flow_at_once_without_retries(prefect_harness, tmp_path):
     from desched.errors import DeschedError
-    from flows.ingest import ingest_logs
+    from desched.flows.ingest import ingest_logs
 
     with pytest.raises(DeschedError, match="does not exist"):
         ingest_logs(str(tmp_path / "nope"), str(tmp_path / "w.duckdb"))
@@ -232,26 +232,26 @@ def test_a_file_that_fails_to_load_is_rolled_back_and_reported_after_the_others_
 ):
     from prefect.artifacts import Artifact
 
-    import tasks.ingest
+    import desched.tasks.ingest
     from desched.errors import DeschedError
-    from flows.ingest import ingest_logs
+    from desched.flows.ingest import ingest_logs
 
     logs, db = tmp_path / "logs", tmp_path / "w.duckdb"
     simulated_log(logs / "run1")
     write_jsonl(logs / "broken-log.jsonl", [decision(0, 0.0, "x")])
-    real = tasks.ingest.load_file
+    real = desched.tasks.ingest.load_file
 
     def flaky(con, work, settings, auditor=None):
         if work.path.endswith("broken-log.jsonl"):
             raise RuntimeError("disk on fire")
         return real(con, work, settings, auditor)
 
-    monkeypatch.setattr(tasks.ingest, "load_file", flaky)
+    monkeypatch.setattr(desched.tasks.ingest, "load_file", flaky)
     with pytest.raises(DeschedError, match="1 log files failed to load.*broken-log.jsonl"):
         ingest_logs(str(logs), str(db))
     assert counts(db)["decisions"] == 6 and counts(db)["ingested_files"] == 1
     assert "broken-log.jsonl" in str(Artifact.get("ingest-logs").data)  # type: ignore[union-attr]
-    monkeypatch.setattr(tasks.ingest, "load_file", real)
+    monkeypatch.setattr(desched.tasks.ingest, "load_file", real)
     again = ingest_logs(str(logs), str(db))
     assert again.files_read == 1 and again.decisions_loaded == 1
 
@@ -427,7 +427,7 @@ def test_only_io_failures_are_retried():
     from types import SimpleNamespace
 
     from desched.errors import DeschedError
-    from tasks.ingest import _transient
+    from desched.tasks.ingest import _transient
 
     def retried(exc: BaseException) -> bool:
         return _transient(None, None, SimpleNamespace(data=exc))

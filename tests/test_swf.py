@@ -12,9 +12,9 @@ import pytest
 from desched.errors import DeschedError
 from desched.swf import SwfReport, import_swf
 from desched.trace import validate_trace
-from tests.conftest import SHARED_DATA
+from tests.conftest import SAMPLES
 
-TRACES = SHARED_DATA / "traces"
+TRACES = SAMPLES / "traces"
 
 # Fields: job submit wait run procs cpu mem req_procs req_time req_mem status user group exe
 # queue partition preceding think.

@@ -180,11 +180,11 @@ def test_the_bench_names_a_policy_only_as_a_configurable_default() -> None:
     allowed = {
         ("desched/bench/demo.py", "ifs-memoryless"), ("desched/bench/demo.py", "vtc"),
         ("desched/bench/demo.py", "ifs-counter"), ("desched/bench/learning.py", "ifs-memoryless"),
-        ("desched/cli/bench.py", "ifs-memoryless"), ("flows/evaluate.py", "ifs-memoryless"),
+        ("desched/cli/bench.py", "ifs-memoryless"), ("desched/flows/evaluate.py", "ifs-memoryless"),
     }
     names = set(policies.REGISTRY)
     files = [*root.glob("desched/bench/**/*.py"), root / "desched/cli/bench.py",
-             root / "desched/cli/demo.py", *root.glob("flows/*.py"), *root.glob("tasks/*.py")]
+             root / "desched/cli/demo.py", *root.glob("desched/flows/*.py"), *root.glob("desched/tasks/*.py")]
     assert {"flows", "tasks", "report"} <= {p.parent.name for p in files}
     found = set()
     for path in files:

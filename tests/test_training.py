@@ -242,7 +242,7 @@ def test_the_retrain_flow_registers_a_version_and_publishes_its_report(
 ) -> None:
     from prefect.artifacts import Artifact
 
-    from flows.retrain import retrain_duration_model
+    from desched.flows.retrain import retrain_duration_model
 
     trace = write_trace(small_trace(1500, seed=11), tmp_path / "trace.parquet")
     out = retrain_duration_model(trace=str(trace), registry=str(tmp_path / "reg"), max_rounds=60)
@@ -258,7 +258,7 @@ def test_the_retrain_flow_registers_a_version_and_publishes_its_report(
 def test_the_training_data_loader_reads_the_warehouse_completions(tmp_path: Path) -> None:
     import duckdb
 
-    from tasks.retrain import load_training_data
+    from desched.tasks.retrain import load_training_data
 
     trace = small_trace(800, seed=5)
     completions = trace.with_columns(

@@ -179,7 +179,7 @@ def test_the_rl_agent_learns_a_per_window_choice_and_a_static_setting_from_the_g
 def test_the_tune_flow_writes_a_card_judged_only_on_traces_disjoint_from_training(
     prefect_harness: None, tmp_path: Path
 ) -> None:
-    from flows.tune import tune_weights
+    from desched.flows.tune import tune_weights
 
     out = tmp_path / "weights" / "tiny"
     result = tune_weights(train=[TINY], out=str(out), train_seeds=[0, 1],

@@ -8,5 +8,5 @@
 - ``roles``: which policies play which part, from what they declare;
 - ``demo``: the end-to-end run's settings and steps; ``report``: its report.
 
-The Prefect layer (``flows/``, ``tasks/``) only wraps these functions.
+The Prefect layer (``desched/flows/``, ``desched/tasks/``) only wraps these functions.
 """

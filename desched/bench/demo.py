@@ -50,6 +50,7 @@ from desched.models.training import ObjectiveName
 from desched.policies import REGISTRY
 from desched.records import Record
 from desched.runs import RunSummary
+from desched.samples import traces_dir
 from desched.settings import DeschedSettings
 
 if TYPE_CHECKING:
@@ -59,7 +60,8 @@ Mode = Literal["quick", "full"]
 
 TARGET_LOAD = 0.85
 """Offered load the worker count of a real log is chosen for (``workers_for``)."""
-DEFAULT_SWF_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "traces"
+DEFAULT_SWF_DIR = traces_dir()
+"""The checkout's ``data/samples/traces`` (or ``$DESCHED_SAMPLES_DIR/traces``)."""
 
 
 class WorkloadSpec(Record):

@@ -25,7 +25,7 @@ def demo(quick: bool, out: Path, run_name: str | None) -> None:
     """
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from flows.demo import demo as run_demo
+    from desched.flows.demo import demo as run_demo
 
     result = run_demo(quick=quick, out=str(out), run=run_name)
     folder = Path(result["report_dir"])

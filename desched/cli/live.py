@@ -259,7 +259,7 @@ def live_demo(
             for k in range(n_workers):
                 batched = k == 0  # one GPU-style worker: several leases at once
                 call = (
-                    "from flows.enrich import enrichment_worker; enrichment_worker("
+                    "from desched.flows.enrich import enrichment_worker; enrichment_worker("
                     f"service_url={service_url!r}, worker_id='demo-{k}', db_path={str(warehouse)!r}, "
                     f"model={model!r}, max_batch={8 if batched else 1}, idle_exit_s=4.0, "
                     f"mem_budget_mb={2048.0 if batched else 512.0})"
@@ -340,17 +340,17 @@ def _pipeline(env: dict[str, str], logs: Path, warehouse: Path, folder: Path) ->
     still running Prefect server (so the runs show there)."""
     code = f"""
 import json, sys
-from flows.ingest import ingest_logs
+from desched.flows.ingest import ingest_logs
 summary = ingest_logs(logs_dir={str(logs)!r}, db_path={str(warehouse)!r})
 print("ingest:", summary.line())
 try:
-    from flows.retrain import retrain_duration_model
+    from desched.flows.retrain import retrain_duration_model
     card = retrain_duration_model(db={str(warehouse)!r}, registry={str(folder / "models" / "duration")!r})
     print("duration model:", card["version"], card["verdict"], "-", card["reason"])
 except Exception as exc:
     print("duration model: not trained:", type(exc).__name__, str(exc)[:300])
 try:
-    from flows.enrich import retrain_memory_model
+    from desched.flows.enrich import retrain_memory_model
     card = retrain_memory_model(db_path={str(warehouse)!r}, out={str(folder / "models" / "memory")!r})
     print("memory model:", card["rows"], "rows, held-out MAE", round(card["metrics"]["mae_mb"], 3), "MiB",
           "(per-type median:", round(card["metrics"]["baseline_type_median_mae_mb"], 3), "MiB)")

@@ -40,7 +40,7 @@ def ingest(logs_dir: Path, db_path: Path, task_types: str | None, gx_every_row: 
         raise DeschedError(f"logs folder {logs_dir} does not exist or is not a folder")
     if db_path.is_dir():
         raise DeschedError(f"--db {db_path} is a folder; give the warehouse file's path")
-    from flows.ingest import ingest_logs
+    from desched.flows.ingest import ingest_logs
 
     summary = ingest_logs(str(logs_dir), str(db_path), task_types, gx_every_row)
     click.echo(summary.line())

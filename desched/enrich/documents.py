@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from desched.errors import DeschedError
+from desched.samples import sroie_dir
 
-DEFAULT_SROIE = Path(__file__).resolve().parents[3] / "shared" / "data" / "docs" / "sroie"
-"""``../shared/data/docs/sroie`` next to the checkout."""
+DEFAULT_SROIE = sroie_dir()
+"""The checkout's ``data/samples/sroie`` (or ``$DESCHED_SAMPLES_DIR/sroie``)."""
 
 
 class BadDocumentRef(DeschedError):

@@ -15,6 +15,6 @@ Modules, lowest first (each imports only modules above it in this list):
 - ``load``: one file read, checked and loaded (or quarantined) in one transaction;
 - ``report``: the run's totals and its report.
 
-The ``ingest-logs`` flow (``flows/ingest.py``) composes them; ``desched ingest`` runs it once.
+The ``ingest-logs`` flow (``desched/flows/ingest.py``) composes them; ``desched ingest`` runs it once.
 duckdb, pyarrow and great_expectations are imported inside the functions that use them.
 """

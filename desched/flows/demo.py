@@ -1,0 +1,123 @@
+"""Flow ``demo``: the research bench end to end, on the embedded default (Prefect's ephemeral
+server, DuckDB and files under ``data/``), also run by ``desched demo [--quick]``.
+
+Composition only: every step is a task of ``desched/tasks/demo.py`` (or ``desched/tasks/tune.py``, or the
+``ingest-logs`` flow as a subflow) around a function of ``desched.bench.demo``, which
+documents the steps. One line per step on stderr, and a Prefect progress artifact, show
+where it is.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+
+from desched.bench import demo as lib
+from desched.bench.demo import DemoSettings, Mode
+from desched.bench.weights import WeightsCard
+from desched.tasks import demo as t
+
+STEPS = ("workloads", "simulate", "ingest", "train", "tune", "evaluate", "report")
+
+
+@flow(name="demo", log_prints=True)
+def demo(quick: bool = False, out: str = "data", run: str | None = None) -> dict[str, Any]:
+    """Run the research bench and write ``<out>/reports/<run>/`` (report.md, report.json,
+    PNGs); working files go under ``<out>/demo/<run>/``. Returns the report's folder, its
+    JSON and the time per step."""
+    from desched.flows.ingest import ingest_logs
+    from desched.tasks.retrain import publish_report as publish_model
+    from desched.tasks.tune import (
+        judge_heldout,
+        learn_weights,
+        publish_tuning,
+        save_weights,
+        split_traces,
+    )
+
+    mode: Mode = "quick" if quick else "full"
+    settings = DemoSettings.of(mode)
+    run = run or f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{mode}"
+    root = Path(out)
+    work = root / "demo" / run
+    report_dir = root / "reports" / run
+    dirs = {k: work / k for k in ("traces", "logs", "runs", "models", "weights", "heldout")}
+    for d in dirs.values():
+        d.mkdir(parents=True, exist_ok=True)
+    db_path = work / "warehouse.duckdb"
+    progress = t.Progress(len(STEPS))
+    specs = lib.trace_specs(settings)
+
+    workloads = progress.run(
+        "workloads", "generate the scenarios and import the SWF logs",
+        lambda: {s.name: t.prepare_workload(s, settings, str(dirs["traces"]))
+                 for s in settings.workloads})
+    q1 = progress.run(
+        "simulate", "simulate today's scorer (decision logs) and the Q1 policies",
+        lambda: {w: t.simulate_q1(wl, str(dirs["logs"]), str(dirs["runs"]), settings.baseline)
+                 for w, wl in workloads.items()})
+    ingest = progress.run(
+        "ingest", "ingest and validate the decision logs into DuckDB",
+        lambda: ingest_logs(logs_dir=str(dirs["logs"]), db_path=str(db_path)))
+
+    def train_all() -> dict[str, Any]:
+        out = {}
+        for w in settings.q3_workloads:
+            baseline = q1[w].dirs[settings.baseline]
+            out[w] = t.train_predictor(
+                workloads[w], str(db_path), str(Path(baseline) / "decision-log.parquet"),
+                baseline, str(dirs["models"]), str(dirs["heldout"] / f"{w}.parquet"), settings)
+            card = out[w].card
+            if card is not None:
+                publish_model(card)
+        return out
+
+    trained = progress.run("train", "train the duration model per workload, predict the rest",
+                           train_all)
+
+    def tune_all() -> dict[str, WeightsCard]:
+        cards = {}
+        split = None
+        for learner in ("optuna", "rl"):
+            ts = lib.tune_settings(settings, specs, learner)
+            split = split or split_traces(ts)  # the same cells for both learners
+            learned = learn_weights(ts, split[0])
+            verdict = judge_heldout(ts, learned, split[1])
+            folder = str(dirs["weights"] / learner)
+            cards[learner] = save_weights(folder, ts, learned, split[0], split[1], verdict,
+                                          f"desched demo{' --quick' if quick else ''}")
+            publish_tuning(cards[learner], folder)
+        return cards
+
+    cards = progress.run("tune", "tune the weights (Optuna, RL) and judge them on held-out "
+                         "traces", tune_all)
+    learned = {name: (card, str(dirs["weights"] / name)) for name, card in cards.items()}
+
+    def evaluate_all() -> tuple[dict[str, Any], list[Any]]:
+        sims = {w: t.simulate_q3(w, trained[w].heldout_trace, trained[w].workers,
+                                 lib.heldout_candidates(workloads[w].info, learned,
+                                                        settings.baseline))
+                for w in settings.q3_workloads}
+        cells, labels = lib.over_seeds_cells(settings, specs, workloads, learned)
+        results = t.evaluate_over_seeds(cells, settings.eval_workers, settings.jobs)
+        return sims, lib.over_seeds_rows(results, labels, settings.baseline)
+
+    sims, eval_rows = progress.run("evaluate", "evaluate every policy (held-out parts, seeds)",
+                                   evaluate_all)
+
+    def write() -> Any:
+        report = lib.assemble_report(
+            run=run, settings=settings, specs=specs, workloads=workloads,
+            ingestion=lib.ingestion_of(ingest), q1=q1, eval_rows=eval_rows, cards=cards,
+            trained=trained, sims=sims, steps=progress.steps, total_s=progress.elapsed(),
+            root=root)
+        t.write_report(report, {w: r.dirs for w, r in q1.items()}, str(report_dir), sims)
+        t.publish_report(str(report_dir), report)
+        return report
+
+    report = progress.run("report", "write the report and publish it as artifacts", write)
+    return {"report_dir": str(report_dir), "report": report.to_json(),
+            "steps": progress.steps, "total_s": progress.elapsed()}

@@ -1,0 +1,73 @@
+"""Flow ``tune-weights``: learn the scorer's weights offline, judge them on held-out traces.
+
+Trace-driven simulation on training traces (scenario seeds or slices of a log) with the Optuna
+or the RL learner of ``desched.bench.tuning``, then a verdict on traces never trained on, saved
+as a weights folder that the policy (any with learnable parameters: ``desched policies``)
+loads with ``weights=FOLDER``::
+
+    from desched.flows.tune import tune_weights
+    tune_weights(train=["flood", "steady", "heavy-tail"], out="models/weights/ifs-optuna",
+                 learner="optuna", trials=40)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow
+
+from desched.bench.learning import Learner, Objective
+from desched.bench.tuning import TuneSettings
+from desched.tasks.tune import (
+    judge_heldout,
+    learn_weights,
+    publish_tuning,
+    save_weights,
+    split_traces,
+)
+
+
+@flow(name="tune-weights", log_prints=True)
+def tune_weights(
+    train: list[str],
+    out: str,
+    heldout: list[str] | None = None,
+    train_seeds: list[int] | None = None,
+    heldout_seeds: list[int] | None = None,
+    workers: int = 8,
+    policy: str | None = None,
+    learner: Learner = "optuna",
+    trials: int = 40,
+    seed: int = 0,
+    windows: int = 20,
+    fairness_weight: float = 5.0,
+    reference: str | None = None,
+    command: str | None = None,
+) -> dict[str, Any]:
+    """Learn weights of ``policy`` on ``train`` (default seeds: ``desched.bench.learning``),
+    judge them against ``reference`` on ``heldout`` (default: the training specs on other
+    seeds), write ``out``; returns the weights, the training objective and the held-out
+    verdict per workload. ``policy`` and ``reference`` default to ``TuneSettings``'s."""
+    named = {k: v for k, v in (("policy", policy), ("reference", reference)) if v is not None}
+    settings = TuneSettings(
+        train=train, heldout=heldout, train_seeds=train_seeds, heldout_seeds=heldout_seeds,
+        workers=workers, learner=learner, trials=trials, seed=seed, windows=windows,
+        objective=Objective(fairness_weight=fairness_weight), **named,
+    )
+    train_cells, heldout_cells = split_traces(settings)
+    learned = learn_weights(settings, train_cells)
+    verdict = judge_heldout(settings, learned, heldout_cells)
+    card = save_weights(out, settings, learned, train_cells, heldout_cells, verdict, command)
+    publish_tuning(card, out)
+    overall = card.heldout.overall
+    print(f"{out}: {card.weights}; held-out J " + ", ".join(
+        f"{label} {s.J.mean:.3f} ({s.verdict})" for label, s in overall.items()))
+    return {
+        "out": out,
+        "weights": card.weights,
+        "train_objective": card.train_objective,
+        "train": [c.model_dump() for c in card.split.train],
+        "heldout": [c.model_dump() for c in card.split.heldout],
+        "verdict": {w: {label: s.verdict for label, s in per.items()}
+                    for w, per in card.heldout.by_workload.items()},
+    }
