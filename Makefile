@@ -28,6 +28,7 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check desched tests benchmarks scripts
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 clean:
 	rm -rf $(VENV) .prefect .pytest_cache .hypothesis
