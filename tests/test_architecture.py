@@ -168,3 +168,49 @@ def test_the_wheel_claims_only_the_desched_name(tmp_path: Path) -> None:
         (info,) = dist_info
         declared = archive.read(f"{info}/RECORD").decode()
     assert "desched/flows/demo.py" in declared and "desched/tasks/demo.py" in declared
+
+
+def _layout_entries() -> list[str]:
+    """The paths the README's Layout section names: the first word of each unindented line
+    of its tree."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    tree = section.split("```", 2)[1]
+    return [line.split()[0] for line in tree.splitlines()[1:] if line and not line[0].isspace()]
+
+
+def _tracked_top_level_folders() -> set[str]:
+    listed = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.splitlines()
+    return {name.split("/")[0] for name in listed if "/" in name}
+
+
+def test_layout_names_only_what_is_there() -> None:
+    entries = _layout_entries()
+    assert len(entries) == len(set(entries)) > 10
+    for entry in entries:
+        if "*" in entry:
+            assert list(ROOT.glob(entry)), entry
+        elif entry.endswith("/"):
+            assert (ROOT / entry).is_dir(), f"the README's Layout names {entry}, not a folder"
+        else:
+            assert (ROOT / entry).is_file(), f"the README's Layout names {entry}, not a file"
+
+
+def test_layout_names_every_subpackage() -> None:
+    entries = set(_layout_entries())
+    subpackages = {
+        f"{p.parent.relative_to(ROOT).as_posix()}/" for p in PACKAGE.glob("*/**/__init__.py")
+    }
+    assert "desched/policies/" in subpackages and "desched/bench/report/" in subpackages
+    assert subpackages - entries == set(), "add these to the README's Layout section"
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git to list the tracked files")
+def test_layout_names_every_top_level_folder() -> None:
+    entries = set(_layout_entries())
+    folders = {f"{name}/" for name in _tracked_top_level_folders()}
+    assert {"desched/", "tests/", "data/"} <= folders
+    assert folders - entries == set(), "add these to the README's Layout section"
+    assert {"prefect.yaml", "data/samples/"} <= entries
