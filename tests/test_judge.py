@@ -201,3 +201,25 @@ def test_desched_judge_refuses_a_missing_log_in_one_line(tmp_path: Path) -> None
     assert res.exit_code == 2
     assert res.output.strip().splitlines() == [(f"error: --logs: {tmp_path / 'none.swf'}: "
                                                "no such file")]
+
+
+def test_the_report_section_states_only_numbers_of_its_record_and_draws_the_harm_plot(
+    tmp_path: Path,
+) -> None:
+    from desched.bench.report.deploy import deploy_section, markdown_section, plot_tenant_harm
+    from desched.bench.report.numbers import unmatched_numbers
+    from desched.policies import RECOMMENDED
+
+    cases = [small_case(tmp_path), jd.prepare_scenario("steady", cache_dir=None, tasks=500)]
+    result = jd.run_judge(cases, ["sjf-predicted", "hrrn-predicted"])
+    section = deploy_section(result, "a test run")
+    assert {r.policy for r in section.rows} == {"sjf-oracle", "sjf-predicted", "hrrn-predicted"}
+    assert {h.workload for h in section.harm} == {"steady"}
+    assert section.recommendation == result.recommendation
+    assert section.deployed_default == RECOMMENDED
+    text = "\n".join(markdown_section(section, "deploy-tenants.png"))
+    assert "## Which policy to deploy" in text
+    assert f"**Recommendation: `{result.recommendation}`**" in text
+    assert unmatched_numbers(text, section.model_dump()) == []
+    png = plot_tenant_harm(section, tmp_path / "deploy-tenants.png")
+    assert png.stat().st_size > 5000

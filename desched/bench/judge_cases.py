@@ -68,6 +68,10 @@ class Case:
     workers: int
     mean_train_duration_s: float
     model: dict[str, Any]
+    load: float | None = LOAD
+    """Offered load the test part was rescaled to (None for a scenario: its own)."""
+    train_frac: float | None = TRAIN_FRAC
+    """Share of the log's tasks that trained the model (None for a scenario: another seed)."""
     outcomes: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -85,6 +89,8 @@ class Case:
             "workers": self.workers,
             "mean_train_duration_s": self.mean_train_duration_s,
             "model": self.model,
+            "load": self.load,
+            "train_frac": self.train_frac,
         }
 
 
@@ -173,6 +179,9 @@ def _read_cache(base: Path) -> Case | None:
         frame = pl.read_parquet(data_path)
     except (OSError, ValueError, pl.exceptions.PolarsError):
         return None
+    if meta.get("kind") == "scenario":
+        meta.setdefault("load", None)
+        meta.setdefault("train_frac", None)
     return Case(frame=frame, **meta)
 
 
@@ -180,7 +189,8 @@ def _write_cache(base: Path, case: Case) -> None:
     base.parent.mkdir(parents=True, exist_ok=True)
     case.frame.write_parquet(base.with_suffix(".parquet"))
     meta = {k: v for k, v in case.info().items() if k in
-            ("name", "kind", "source", "workers", "mean_train_duration_s", "model")}
+            ("name", "kind", "source", "workers", "mean_train_duration_s", "model", "load",
+             "train_frac")}
     base.with_suffix(".json").write_text(json.dumps(meta, indent=1))
 
 
@@ -227,7 +237,7 @@ def prepare_log(
     test = rescale_to_load(test, workers, load)
     case = Case(name=name, kind="log", source=str(path), frame=test, workers=workers,
                 mean_train_duration_s=float(train_part["duration_s"].mean()),  # type: ignore[arg-type]
-                model=_model_info(result))
+                model=_model_info(result), load=load, train_frac=train_frac)
     if base is not None:
         _write_cache(base, case)
     if progress:
@@ -273,7 +283,7 @@ def prepare_scenario(
     case = Case(name=name, kind="scenario", source=f"scenario:{name}", frame=test,
                 workers=SCENARIO_WORKERS,
                 mean_train_duration_s=float(train_frame["duration_s"].mean()),  # type: ignore[arg-type]
-                model=_model_info(result))
+                model=_model_info(result), load=None, train_frac=None)
     if base is not None:
         _write_cache(base, case)
     return case
