@@ -45,7 +45,9 @@ def task_runner(runner: Runner, max_parallel: int | None = None,
             raise DeschedError("runner 'dask' needs prefect-dask (pip install prefect-dask)") from None
         if address:
             return DaskTaskRunner(address=address)  # type: ignore[no-any-return]
-        return DaskTaskRunner(cluster_kwargs={"n_workers": max_parallel})  # type: ignore[no-any-return]
+        # one thread per worker process: the simulator is pure Python (the GIL)
+        local = {"n_workers": max_parallel, "threads_per_worker": 1, "processes": True}
+        return DaskTaskRunner(cluster_kwargs=local)  # type: ignore[no-any-return]
     if runner == "ray":
         try:
             from prefect_ray import RayTaskRunner
