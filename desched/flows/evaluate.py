@@ -43,10 +43,11 @@ def task_runner(runner: Runner, max_parallel: int | None = None,
             from prefect_dask.task_runners import DaskTaskRunner
         except ImportError:
             raise DeschedError("runner 'dask' needs prefect-dask (pip install prefect-dask)") from None
-        # Annotated, so that mypy passes with prefect-dask installed (typed) or not (Any).
+        # one thread per worker process: the simulator is pure Python (the GIL). Annotated,
+        # so that mypy passes with prefect-dask installed (typed) or not (Any).
+        local = {"n_workers": max_parallel, "threads_per_worker": 1, "processes": True}
         dask: TaskRunner[Any] = (
-            DaskTaskRunner(address=address) if address
-            else DaskTaskRunner(cluster_kwargs={"n_workers": max_parallel})
+            DaskTaskRunner(address=address) if address else DaskTaskRunner(cluster_kwargs=local)
         )
         return dask
     if runner == "ray":

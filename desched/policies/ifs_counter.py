@@ -81,7 +81,7 @@ class IfsCounterNaive(IfsMemorylessNaive):
 
     def complete(self, i: int, now: float, duration_s: float) -> None:
         k = self.tasks.tenant[i]
-        self.service_s[k] = self.decayed_service_s(k, now) + duration_s
+        self.service_s[k] = self.decayed_service_s(k, now) + self.tasks.charge(k, duration_s)
         self.service_at_s[k] = now
 
     def state(self) -> dict[str, Any] | None:
@@ -131,7 +131,8 @@ class IfsCounter(IfsMemoryless):
     the earlier ``submit_s`` then position. With ``w_service = 0`` it decides as
     ``ifs-memoryless``. State: per tenant ``S_k`` (seconds of service, decayed) and ``t_k``
     (when it was written), written only on a completion record, with the record's real
-    ``duration_s``: ``S_k <- S_k(now) + duration_s, t_k <- now``; the live service can keep
+    ``duration_s`` divided by the tenant's weight (``TaskTable.charge``, 1 by default):
+    ``S_k <- S_k(now) + duration_s / weight_k, t_k <- now``; the live service can keep
     them in the row it writes for that record. Cost: the service term is shared by a
     tenant's tasks, so only each tenant's oldest task can win, as in ``ifs-memoryless``:
     O(K) vectorised work over the K backlogged tenants per decision, O(1) per completion;
@@ -174,7 +175,7 @@ class IfsCounter(IfsMemoryless):
     def complete(self, i: int, now: float, duration_s: float) -> None:
         k = self.tasks.tenant[i]
         self._ensure(k)
-        self.service_s[k] = self.decayed_service_s(k, now) + duration_s
+        self.service_s[k] = self.decayed_service_s(k, now) + self.tasks.charge(k, duration_s)
         self.service_at_s[k] = now
 
     def push(self, i: int, now: float) -> None:

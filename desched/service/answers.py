@@ -17,7 +17,7 @@ from typing import Any
 from fastapi.responses import JSONResponse
 
 from desched.errors import DeschedError
-from desched.service.errors import ServiceError, Unavailable
+from desched.service.errors import ServiceError, TooManyRequests, Unavailable
 from desched.service.records import Grant
 from desched.service.store import db_errors
 from desched.service.writer import Pending
@@ -62,9 +62,9 @@ def lease_json(grant: Grant) -> dict[str, Any]:
 
 def refusal(exc: ServiceError | DeschedError) -> JSONResponse:
     """A refused request: ``{"detail": ...}`` with the error's status (400 for a plain
-    ``DeschedError``) and, for a 503 that knows it, ``Retry-After``."""
+    ``DeschedError``) and, for a 503 that knows it and a 429, ``Retry-After``."""
     status = exc.status if isinstance(exc, ServiceError) else 400
-    after = exc.retry_after_s if isinstance(exc, Unavailable) else None
+    after = exc.retry_after_s if isinstance(exc, Unavailable | TooManyRequests) else None
     headers = None if after is None else {"Retry-After": str(after)}
     return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
 

@@ -85,8 +85,8 @@ def load_predictor(registry: Path | None) -> DurationPredictor | None:
 
 
 class Housekeeper(threading.Thread):
-    """Expires leases, picks up policy switches and token revocations and saves the policy's
-    state (at most every ``state_save_s``) every ``period_s``."""
+    """Expires leases, picks up policy switches, token revocations and tenant controls, and
+    saves the policy's state (at most every ``state_save_s``) every ``period_s``."""
 
     def __init__(self, scheduler: Scheduler, period_s: float) -> None:
         super().__init__(name="desched-housekeeper", daemon=True)
@@ -99,6 +99,7 @@ class Housekeeper(threading.Thread):
             try:
                 self.scheduler.sweep()
                 self.scheduler.refresh_tokens()
+                self.scheduler.refresh_controls()
                 self.scheduler.refresh_policy()
                 self.scheduler.save_policy_state()
             except Exception:  # keep sweeping; the next round retries
@@ -221,6 +222,7 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
         responses={
             200: {"model": m.Submitted, "description": "replay of an earlier submit"},
             409: {"model": m.Problem, "description": "key reused for other tasks"},
+            429: {"model": m.Problem, "description": "over the tenant's rate limit (Retry-After)"},
         },
     )
     async def submit(

@@ -57,6 +57,7 @@ class NewTask:
     doc_bytes: int | None = None
     pages: int | None = None
     mem_mb: float | None = None
+    priority: int = 0
 
 
 @dataclass(slots=True)
@@ -76,6 +77,7 @@ class LiveTask:
     submit_s: float
     predicted_s: float
     predicted_mem_mb: float | None = None
+    priority: int = 0
     attempts: int = 0
     worker: str | None = None
     worker_id: str | None = None
@@ -106,6 +108,7 @@ class LiveTask:
             submit_s=now,
             predicted_s=predicted_s,
             predicted_mem_mb=predicted_mem_mb,
+            priority=item.priority,
         )
 
     @classmethod
@@ -123,6 +126,7 @@ class LiveTask:
             submit_s=row["submit_s"],
             predicted_s=row["predicted_s"] if row["predicted_s"] is not None else math.nan,
             predicted_mem_mb=row.get("predicted_mem_mb"),
+            priority=row.get("priority") or 0,
             attempts=row["attempts"],
         )
         if row["state"] == TaskState.LEASED.value:
@@ -154,8 +158,10 @@ class Grant:
 
 def request_digest(items: Sequence[NewTask]) -> str:
     """SHA-256 of a submit's content: a replay with the same key must carry the same tasks."""
+    # priority joins the digest only when set, so that digests of earlier submits still match
     body = json.dumps(
-        [[t.task_type, t.document_ref, t.doc_bytes, t.pages, t.mem_mb] for t in items],
+        [[t.task_type, t.document_ref, t.doc_bytes, t.pages, t.mem_mb]
+         + ([t.priority] if t.priority else []) for t in items],
         separators=(",", ":"),
     )
     return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()

@@ -50,6 +50,10 @@ Invariants, each enforced under one lock (``lock``):
   charge); a leased one loses its lease, and its worker's next heartbeat, completion or
   failure gets 410 (``Gone``). Either is a conditional write; repeating a cancel changes
   nothing.
+- Tenant controls (``admission``): weights, caps, rate limits and priority levels are read
+  from the store at every rebuild and, when their epoch moved, every sweep
+  (``refresh_controls``); a leased task counts against its tenant's cap until its lease
+  ends (completion, failure, expiry, cancellation).
 - Tokens: ``TokenBook`` caches principals; ``refresh_tokens`` (every sweep) drops the cache
   when the database's token epoch moved (a revocation) and acknowledges the epoch.
 
@@ -77,6 +81,7 @@ from typing import Any
 from desched.errors import DeschedError
 from desched.models.interfaces import DurationPredictor, MemoryPredictor
 from desched.policies.base import Policy
+from desched.service.admission import Admission
 from desched.service.clock import Clock
 from desched.service.decision_log import (
     DecisionLog,
@@ -108,6 +113,7 @@ from desched.service.records import (
     request_digest,
 )
 from desched.service.store import (
+    CONTROLS_EPOCH_SEEN_KEY,
     TOKEN_EPOCH_SEEN_KEY,
     Dialect,
     Store,
@@ -174,6 +180,7 @@ class Scheduler:
         self.counters = self.telemetry.counters
         self._wanted = None if policy is None else PolicySpec(policy, dict(policy_params or {}))
         self.keys = SubmitKeys(store, self.read_lock)
+        self.admission = Admission()
         self._reset()
 
     @property
@@ -191,6 +198,7 @@ class Scheduler:
         self.ending: dict[str, str] = {}
         self.next_seq = 0
         self.leases.clear()
+        self.admission.reset(self.tasks, lambda i: self.live[i].priority)
 
     def start(self) -> None:
         """Create the schema and start the writer thread; take the writer lock and serve
@@ -296,6 +304,8 @@ class Scheduler:
             self.clock.raise_floor(self.store.latest_time())
             self.next_seq = self.store.max_seq() + 1
             rows = self.store.live_tasks()
+            epoch = self.store.controls_epoch()
+            self.admission.apply(self.store.tenant_controls(), epoch)
         for row in rows:
             self._load(row)
         self.host.install(spec, self.tasks, self.queued, self.clock())
@@ -336,9 +346,11 @@ class Scheduler:
         self.backlog.setdefault(task.tenant, 0)
         if row["state"] == TaskState.LEASED.value:
             self.leases.adopt(i, task)
+            self.admission.gate.started(i)
         else:
             self.queued.add(i)
             self.backlog[task.tenant] += 1
+            self.admission.gate.queued(i)
 
     def save_policy_state(self, force: bool = False) -> Pending | None:
         """Record the policy's per-tenant state, at most once per ``state_save_s`` unless
@@ -388,6 +400,23 @@ class Scheduler:
                 return None
             return self.writer.add([config_write(TOKEN_EPOCH_SEEN_KEY, str(epoch))])
 
+    def refresh_controls(self) -> Pending | None:
+        """Apply the tenant controls recorded in the store if their epoch moved, and
+        acknowledge the epoch (``CONTROLS_EPOCH_SEEN_KEY``); the acknowledgement's commit,
+        or None when nothing moved. Cost: one query, two when it moved."""
+        if not self.active:
+            return None
+        with self.read_lock:
+            epoch = self.store.controls_epoch()
+            if epoch == self.admission.epoch:
+                return None
+            controls = self.store.tenant_controls()
+        with self.lock:
+            if not self.active:
+                return None
+            self.admission.apply(controls, epoch)
+            return self.writer.add([config_write(CONTROLS_EPOCH_SEEN_KEY, str(epoch))])
+
     def submit(
         self, tenant: str, items: Sequence[NewTask], idempotency_key: str | None = None
     ) -> tuple[list[str], bool, Pending | None]:
@@ -408,6 +437,7 @@ class Scheduler:
                 if earlier is not None:
                     return earlier[0], False, earlier[1]
             now = self.clock()
+            self.admission.check_submit(tenant, len(items), now)
             new = [
                 LiveTask.submitted(
                     self.next_seq + j,
@@ -458,7 +488,11 @@ class Scheduler:
                 return None, None
             policy = self.host.policy
             queue_len = len(self.queued)
-            i, skipped = pop_fitting(policy, self.live, now, free_mem_mb, self.max_fit_skips)
+            gate = self.admission.gate
+            i, skipped = pop_fitting(
+                policy, self.live, now, free_mem_mb, self.max_fit_skips, gate=gate,
+                backlog=lambda k: self.backlog.get(self.tasks.tenant_names[k], 0),
+            )
             self.counters.unfit_skips += skipped
             if i is None:
                 self.counters.unfit_polls += 1
@@ -478,6 +512,8 @@ class Scheduler:
             )
             pending = self.writer.add([write])
             tenant_backlog = self.backlog[task.tenant]
+            gate.unqueued(i)
+            gate.started(i)
             self.queued.discard(i)
             self.backlog[task.tenant] -= 1
             task.attempts = attempt
@@ -495,6 +531,7 @@ class Scheduler:
                     free_mem_mb=free_mem_mb,
                     skipped_unfit=skipped,
                 )
+                record.update(self.admission.in_force(task.tenant), priority=task.priority)
                 self.log.write_after(pending, "decision", now, record)
             self.counters.observe_latency(time.perf_counter() - t0)
             return Grant(task, lease_id, expires, attempt), pending
@@ -558,6 +595,7 @@ class Scheduler:
             )
             pending = self.writer.add([write])
             held = self.leases.release(i)
+            self.admission.gate.finished(i)
             self._forget(i, task, TaskState.DONE, pending)
             self.counters.completed += 1
             self.host.policy.complete(i, now, duration_s)
@@ -575,6 +613,7 @@ class Scheduler:
             i, task = self._leased(worker, task_id, lease_id, now)
             ran_s = now - task.start_s
             held = self.leases.release(i)
+            self.admission.gate.finished(i)
             state, pending = self._end_attempt(i, task, held, now, error, retryable)
             self.counters.failed += 1
             if state is TaskState.DEAD:
@@ -606,12 +645,14 @@ class Scheduler:
             if task.lease_id is None:
                 was, held = TaskState.QUEUED.value, None
                 self.host.policy.remove(i, now)
+                self.admission.gate.unqueued(i)
                 self.queued.discard(i)
                 self.backlog[task.tenant] -= 1
                 pending = self.writer.add([cancel_write(task.seq, None, now)])
                 self.counters.cancelled_queued += 1
             else:
                 was, held = TaskState.LEASED.value, self.leases.release(i)
+                self.admission.gate.finished(i)
                 pending = self.writer.add([cancel_write(task.seq, held.lease_id, now)])
                 self.counters.cancelled_leased += 1
             self._forget(i, task, TaskState.CANCELLED, pending)
@@ -639,6 +680,7 @@ class Scheduler:
         tenant = self.live[i].tenant
         self.queued.add(i)
         self.backlog[tenant] = self.backlog.get(tenant, 0) + 1
+        self.admission.gate.queued(i)
         self.host.policy.push(i, now)
 
     def _forget(self, i: int, task: LiveTask, state: TaskState, pending: Pending) -> None:
@@ -653,6 +695,7 @@ class Scheduler:
         """Requeue (or dead-letter) every task whose lease ended before ``now``; how many."""
         expired = self.leases.expired(now)
         for i, task, held in expired:
+            self.admission.gate.finished(i)
             ran_s = now - task.start_s
             state, pending = self._end_attempt(i, task, held, now, "lease expired", True)
             self.counters.lease_expiries += 1
@@ -716,6 +759,8 @@ class Scheduler:
                 leased=len(self.leases),
                 policy=self.host.spec.name,
                 active=self.active,
+                tenants=self.admission.tenants(self.tasks),
+                rate_limited=self.admission.rate_limited,
             )
 
     def metrics(self) -> str:
