@@ -15,7 +15,6 @@ candidate) are settings.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Callable
@@ -42,7 +41,7 @@ from desched.bench.report.inputs import (
     WorkloadInfo,
 )
 from desched.bench.report.records import DeploySection, Report, Timing
-from desched.bench.specs import policy_spec
+from desched.bench.specs import offered_load, policy_spec, workers_for
 from desched.bench.tuning import TuneSettings
 from desched.bench.weights import WeightsCard
 from desched.errors import DeschedError
@@ -195,19 +194,6 @@ class Workload(Record):
     trace: str
     workers: int
     info: WorkloadInfo
-
-
-def workers_for(frame: pl.DataFrame, load: float) -> int:
-    """The worker count whose offered load ``total work / submission span / workers`` is
-    closest to ``load`` (at least 1)."""
-    span = float(frame["submit_s"].max()) - float(frame["submit_s"].min())  # type: ignore[arg-type]
-    work = float(frame["duration_s"].sum())
-    return max(1, round(work / (span * load))) if span > 0 else 1
-
-
-def offered_load(frame: pl.DataFrame, workers: int) -> float:
-    span = float(frame["submit_s"].max()) - float(frame["submit_s"].min())  # type: ignore[arg-type]
-    return float(frame["duration_s"].sum()) / (span * workers) if span > 0 else math.inf
 
 
 def scaled_params(kind: str, mean_duration_s: float) -> dict[str, dict[str, float]]:

@@ -9,7 +9,7 @@ tasks that ended before each submit, so the test tasks see the training tasks' h
 service that has been running would), and the last ``1 - train_frac`` of the tasks, rebased
 to start at 0, is the *test part*. It carries ``predicted_s`` (the chosen model, floored at
 1e-6 s like ``desched predict``), ``predicted_p50_s`` and ``predicted_p90_s``. Its worker
-count is ``desched.bench.demo.workers_for(test, load)`` and its submit times are then scaled
+count is ``desched.bench.specs.workers_for(test, load)`` and its submit times are then scaled
 so that the offered load ``total work / submission span / workers`` is exactly ``load``
 (durations untouched): the same rescaling as a trace spec's ``load`` option.
 
@@ -206,7 +206,7 @@ def prepare_log(
 ) -> Case:
     """The log case of an SWF log (module docstring); ``max_tasks`` keeps only its first tasks
     by submit time (for tests and quick looks). Cached under ``cache_dir`` when given."""
-    from desched.bench.demo import workers_for
+    from desched.bench.specs import workers_for
     from desched.models.training import TrainSettings
     from desched.swf import import_swf
 
