@@ -113,6 +113,9 @@ class RunMetrics(Record):
     utilization: float
     makespan_s: float
     window_s: float
+    # how many windows ``windows`` holds (at most desched.metrics.MAX_WINDOWS); None in
+    # summaries written before it was recorded
+    windows_count: int | None = None
     per_tenant: dict[str, TenantMetrics] | None = None
     windows: list[WindowMetrics]
 
