@@ -206,7 +206,7 @@ class IfsCounter(IfsMemoryless):
         service = self.service_s[tenant] * np.exp2(
             -(now - self.service_at_s[tenant]) / self.params.half_life_s
         )
-        max_service = service.max()
+        max_service = service[service.argmax()]
         if max_service > 0:
             norm_service = service / max_service
         else:

@@ -99,8 +99,9 @@ class IfsMemoryless(Policy):
         q = self.queues
         backlog = q.backlog[: q.n]
         head_submit = q.head_submit[: q.n]
-        norm_backlog = backlog / backlog.max()
-        max_wait = now - head_submit.min()
+        # the elements at argmax/argmin are the maxima exactly; cheaper than max()/min()
+        norm_backlog = backlog / backlog[backlog.argmax()]
+        max_wait = now - head_submit[head_submit.argmin()]
         if max_wait > 0:
             norm_wait = (now - head_submit) / max_wait
         else:

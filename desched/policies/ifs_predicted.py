@@ -144,15 +144,19 @@ class IfsPredicted(Policy):
         n = q.n
         w_backlog, w_short = self.params.w_backlog, self.params.w_short
         p_max = self.p_max()
-        norm_backlog = q.backlog[:n] / q.backlog[:n].max()
+        backlog = q.backlog[:n]
+        norm_backlog = backlog / backlog[backlog.argmax()]
         if p_max > 0:
             norm_short = 1.0 - q.head_pred[:n] / p_max
         else:
             norm_short = np.zeros(n)
         score = w_backlog * norm_backlog + w_short * norm_short
-        best = score.max()
+        first = int(score.argmax())
+        best = score[first]
+        equal = score == best
+        slots = [first] if np.count_nonzero(equal) == 1 else np.flatnonzero(equal).tolist()
         pick: tuple[float, int, int] | None = None
-        for slot in np.flatnonzero(score == best).tolist():
+        for slot in slots:
             k = int(q.tenant[slot])
             cand = self._best_of_tenant(k, slot, float(best), float(norm_backlog[slot]), p_max)
             if pick is None or cand < pick:
