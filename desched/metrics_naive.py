@@ -62,7 +62,8 @@ def backlogged_throughout(
 def summarize(run: RunArrays, workers: int, window_s: float | None = None) -> dict[str, Any]:
     """The same figures as ``desched.metrics.summarize``, one tenant and one window at a time."""
     wait, resp, slow = run.wait_s, run.response_s, run.slowdown
-    tenants, codes = np.unique(run.tenant, return_inverse=True)
+    tenant = run.tenant if run.tenant_names is None else run.tenant_names[run.tenant]
+    tenants, codes = np.unique(tenant, return_inverse=True)
     per_tenant: dict[str, dict[str, float]] = {}
     mean_slow = np.zeros(tenants.size)
     by_tenant = np.argsort(codes, kind="stable")

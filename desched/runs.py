@@ -257,8 +257,10 @@ def summary_of(
     window_s: float | None = None,
 ) -> RunSummary:
     """``summary.json``'s content (``RunSummary``)."""
+    tenant = tasks["tenant"]
     run = RunArrays(
-        tenant=tasks["tenant"].to_numpy(),
+        tenant=(tenant.rank("dense").cast(pl.Int64) - 1).to_numpy(),
+        tenant_names=tenant.unique().sort().to_numpy(),
         submit_s=tasks["submit_s"].to_numpy(),
         duration_s=tasks["duration_s"].to_numpy(),
         start_s=tasks["start_s"].to_numpy(),

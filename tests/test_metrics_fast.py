@@ -33,6 +33,9 @@ def runs(draw: st.DrawFn) -> tuple[RunArrays, float | None]:
         duration = rng.exponential(2.0, n) + 1e-3
     start = submit + wait
     window = draw(st.one_of(st.none(), st.sampled_from([0.5, 1.0, 2.5, 7.0, 1e-4])))
+    if draw(st.booleans()):  # tenants given as codes into the sorted names (runs.summary_of)
+        names, codes = np.unique(tenant, return_inverse=True)
+        return RunArrays(codes, submit, duration, start, start + duration, names), window
     return RunArrays(tenant, submit, duration, start, start + duration), window
 
 
