@@ -116,3 +116,21 @@ def test_service_lags_do_not_depend_on_the_chunking(monkeypatch: pytest.MonkeyPa
     for a, b in zip(chunked["windows"], whole["windows"], strict=True):
         assert (a["service_lag_s"], a["backlogged_tenants"]) == (
             b["service_lag_s"], b["backlogged_tenants"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 6), max_size=20), st.lists(st.integers(0, 6), max_size=20),
+       st.booleans())
+def test_decision_log_merge_order_is_the_stable_sort(
+    decisions: list[int], completions: list[int], ordered: bool
+) -> None:
+    from desched.runs import merge_order
+
+    if ordered:
+        decisions, completions = sorted(decisions), sorted(completions)
+    d = np.array(decisions, dtype=float)
+    c = np.array(completions, dtype=float)
+    rows = [(t, 1, j) for j, t in enumerate(decisions)]
+    rows += [(t, 0, len(decisions) + j) for j, t in enumerate(completions)]
+    want = [row[2] for row in sorted(rows)]
+    assert merge_order(d, c).tolist() == want
