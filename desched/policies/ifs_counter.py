@@ -203,8 +203,10 @@ class IfsCounter(IfsMemoryless):
         n = q.n
         norm_backlog, norm_wait = self.ifs_terms(now)
         tenant = q.tenant[:n]
+        # (at - now) is -(now - at) bit for bit (IEEE subtraction is exactly antisymmetric):
+        # one array operation fewer than the naive expression, the same exponent
         service = self.service_s[tenant] * np.exp2(
-            -(now - self.service_at_s[tenant]) / self.params.half_life_s
+            (self.service_at_s[tenant] - now) / self.params.half_life_s
         )
         max_service = service[service.argmax()]
         if max_service > 0:
