@@ -144,7 +144,7 @@ def bench(args: argparse.Namespace, workload: str) -> list[dict[str, Any]]:
     trace = trace_path(workload, tasks, args.seed)
     rows = []
     for policy in args.policies:
-        out = OUT / "cli" / f"run-{workload}-{policy}"
+        out = OUT / "cli" / f"run-{workload}-{tasks}-{policy}"
         runs = [run_cli(trace, policy, workers, out) for _ in range(args.repeats)]
         row: dict[str, Any] = {
             "workload": workload, "policy": policy, "tasks": tasks, "tenants": tenants,
