@@ -41,7 +41,7 @@ _SIGNATURE = ctypes.CFUNCTYPE(
 _ENGINE: list[object] = []  # keeps the JIT engine (and so the code) alive
 # attributes a policy keeps for the kernel: raw addresses of its own arrays, which a copy
 # (deepcopy, pickle) must not carry over, since they would point into the original's memory
-CACHE_FIELDS = ("_call_of", "_call", "_buf_of")
+CACHE_FIELDS = ("_call_of", "_call")
 
 
 class KernelCacheState:
@@ -237,7 +237,7 @@ class Call:
 
 @cache
 def kernel() -> Picker | None:
-    """The compiled ``ifs_pick``, or None where llvmlite cannot build it."""
+    """The compiled ``ifs_pick_<mode>`` functions, or None where llvmlite cannot build them."""
     try:
         import llvmlite.binding as llvm
 
