@@ -22,7 +22,9 @@ TRACE_OPTION = click.option("--trace", "trace_path", required=True,
 WORKERS_OPTION = click.option("--workers", required=True, type=click.IntRange(min=1),
                               help="Number of workers.")
 WINDOW_OPTION = click.option("--window-s", type=float, default=None,
-                             help="Window length for drift metrics (default: submission span / 20).")
+                             help="Window length for drift metrics (default: submission span / "
+                                  "20; never under the run's span / 1000, so at most 1,000 "
+                                  "windows).")
 
 
 def parse_param_args(values: tuple[str, ...]) -> dict[str, str]:
