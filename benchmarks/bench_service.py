@@ -135,11 +135,13 @@ class Database:
 
 
 def start_service(
-    db: str, tmp: Path, hot_path: bool, policy: str | None = None
+    db: str, tmp: Path, hot_path: bool, policy: str | None = None, source: Path = ROOT
 ) -> tuple[subprocess.Popen[bytes], str]:
+    """``desched serve`` on a free port, run from the source tree ``source``."""
     port = free_port()
     env = {
         **os.environ,
+        "PYTHONPATH": str(source),
         "DESCHED_HOT_PATH": "true" if hot_path else "false",
         "DESCHED_DB": db,
         "DESCHED_LEASE_S": "600",
@@ -152,7 +154,7 @@ def start_service(
         PROFILE_DIR.mkdir(parents=True, exist_ok=True)
         env["DESCHED_BENCH_PROFILE"] = str(PROFILE_DIR / f"serve-{port}")
         argv[1:3] = ["-c", PROFILED_SERVE]
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env)
+    proc = subprocess.Popen(argv, cwd=source, env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -502,6 +504,16 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {**{k: statistics.median(r[k] for r in runs) for k in keys}, "runs": runs}
 
 
+def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One configuration's result over its rounds: medians of each measurement's runs."""
+    out = {**runs[0], "repeats": len(runs)}
+    for key in ("service", "service_poll_only", "anchor"):
+        if runs[0][key] is not None:
+            out[key] = median_of([x for r in runs for x in r[key]["runs"]])
+    out["rss_peak_mb"] = max(r["rss_peak_mb"] for r in runs)
+    return out
+
+
 def bench(
     kind: str,
     n: int,
@@ -513,6 +525,7 @@ def bench(
     client: str,
     hot_path: bool,
     with_anchor: bool,
+    source: tuple[str, Path] = ("this tree", ROOT),
 ) -> dict[str, Any]:
     from desched.service.records import Role
     from desched.service.store import Store
@@ -520,7 +533,7 @@ def bench(
     variant = "hot path" if hot_path else "FastAPI routes only"
     tmp = Path(tempfile.mkdtemp(prefix=f"bench-service-{kind}-"))
     db = Database(kind, tmp)
-    tag = f"[{kind}, {variant}]"
+    tag = f"[{kind}, {variant}, {source[0]}]"
     try:
         store = Store(db.url)
         store.migrate()
@@ -528,7 +541,7 @@ def bench(
         per_tenant = n // tenants
         worker_token = store.add_principal(Role.WORKER, "bench")
         store.close()
-        proc, url = start_service(db.url, tmp, hot_path, policy)
+        proc, url = start_service(db.url, tmp, hot_path, policy, source[1])
         full: list[dict[str, Any]] = []
         poll_only: list[dict[str, Any]] = []
         try:
@@ -576,6 +589,8 @@ def bench(
             "queued_tasks": per_tenant * tenants,
             "tenants": tenants,
             "policy": live_policy,
+            "source": source[0],
+            "source_dir": str(source[1]),
             "workers": workers,
             "seconds": seconds,
             "repeats": repeats,
@@ -631,6 +646,13 @@ def main() -> None:
         help="run the service under cProfile (event loop and writer thread), profiles in DIR "
         "(profiling slows it: figures of such a run are not comparable)",
     )
+    ap.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        help="also run the service from this source tree (e.g. `git worktree add /tmp/before "
+        "HEAD~3`), in the same rounds: before and after in one run",
+    )
     args = ap.parse_args()
     global PROFILE_DIR
     PROFILE_DIR = args.profile
@@ -639,23 +661,38 @@ def main() -> None:
         ap.error(f"--tenants {args.tenants}: must be between 1 and --tasks ({args.tasks})")
     if not set(variants) <= {"hot", "fastapi"}:
         ap.error(f"--variants: unknown variant in {args.variants!r} (use hot, fastapi)")
-    results = [
-        bench(
-            kind,
-            args.tasks,
-            args.tenants,
-            None if policy == "default" else policy,
-            args.workers,
-            args.seconds,
-            args.repeats,
-            args.client,
-            hot_path=variant == "hot",
-            with_anchor=j == 0 and q == 0,
-        )
+    sources = [("this tree", ROOT)]
+    if args.before is not None:
+        sources.append(("before", args.before.resolve()))
+    configs = [
+        (kind, policy, source, variant)
         for kind in args.backends.split(",")
-        for q, policy in enumerate(args.policies.split(","))
-        for j, variant in enumerate(variants)
+        for policy in args.policies.split(",")
+        for source in sources
+        for variant in variants
     ]
+    # Repeats are the outer loop: every configuration gets one run per round, so a drift in
+    # the machine's load falls on all of them alike.
+    rounds = [
+        [
+            bench(
+                kind,
+                args.tasks,
+                args.tenants,
+                None if policy == "default" else policy,
+                args.workers,
+                args.seconds,
+                1,
+                args.client,
+                hot_path=variant == "hot",
+                with_anchor=c == 0,
+                source=source,
+            )
+            for c, (kind, policy, source, variant) in enumerate(configs)
+        ]
+        for _ in range(args.repeats)
+    ]
+    results = [merge([one[c] for one in rounds]) for c in range(len(configs))]
     payload = {"machine": machine(), "results": results}
     path = write_json("service.json", payload)
     rows = []
@@ -671,7 +708,7 @@ def main() -> None:
             rows.append(
                 [
                     r["backend"],
-                    f"{r['policy']}, {r['tenants']} tenants" if served else "",
+                    f"{r['policy']}, {r['tenants']} tenants, {r['source']}" if served else "",
                     name,
                     f"{x['decisions_per_s']:,.0f}",
                     f"{x['poll_p50_ms']:.2f}",
