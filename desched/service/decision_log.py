@@ -21,6 +21,7 @@ the source of truth); a record is never written for a change that did not commit
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -28,7 +29,7 @@ import os
 import threading
 import time
 from concurrent.futures import Future
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -38,8 +39,8 @@ if TYPE_CHECKING:
     from desched.policies.base import Policy
 
 
-def _clean(value: Any) -> Any:
-    return None if isinstance(value, float) and not math.isfinite(value) else value
+_ENCODE = json.JSONEncoder(allow_nan=False).encode
+"""``json.dumps(..., allow_nan=False)`` without building an encoder per call."""
 
 
 class DecisionLog:
@@ -51,6 +52,8 @@ class DecisionLog:
         self.lock = threading.Lock()
         self.seq = 0
         self._day = ""
+        self._day_span = (math.inf, -math.inf)
+        """[start, end) of ``_day`` in epoch seconds: a record inside it needs no date."""
         self._file: IO[str] | None = None
         self._started = int(time.time())
 
@@ -59,7 +62,13 @@ class DecisionLog:
         return Path(self._file.name) if self._file is not None else None
 
     def _open(self, t: float) -> IO[str]:
-        day = datetime.fromtimestamp(t, tz=UTC).strftime("%Y%m%d")
+        start, end = self._day_span
+        if self._file is not None and start <= t < end:
+            return self._file
+        when = datetime.fromtimestamp(t, tz=UTC)
+        day = when.strftime("%Y%m%d")
+        midnight = when.replace(hour=0, minute=0, second=0, microsecond=0)
+        self._day_span = (midnight.timestamp(), (midnight + timedelta(days=1)).timestamp())
         if self._file is None or day != self._day:
             if self._file is not None:
                 self._file.close()
@@ -74,8 +83,10 @@ class DecisionLog:
         with self.lock:
             out = self._open(t)
             line = {"kind": kind, "seq": self.seq, "t": t}
-            line.update({k: _clean(v) for k, v in record.items()})
-            out.write(json.dumps(line, allow_nan=False) + "\n")
+            for k, v in record.items():
+                # NaN and infinities (numpy's float64 is a float too) are written as null
+                line[k] = None if isinstance(v, float) and not math.isfinite(v) else v
+            out.write(_ENCODE(line) + "\n")
             self.seq += 1
 
     def write_after(
@@ -96,9 +107,14 @@ class DecisionLog:
 def worker_columns(worker: str, worker_id: str) -> dict[str, Any]:
     """``worker``: a stable Int64 for ``name/worker_id`` (the decision log's worker column is
     an integer, as in the simulator); ``worker_name``: the readable form."""
-    name = f"{worker}/{worker_id}"
-    code = int.from_bytes(hashlib.sha256(name.encode()).digest()[:7], "big")
+    code, name = _worker_code(worker, worker_id)
     return {"worker": code, "worker_name": name}
+
+
+@functools.lru_cache(maxsize=65_536)
+def _worker_code(worker: str, worker_id: str) -> tuple[int, str]:
+    name = f"{worker}/{worker_id}"
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:7], "big"), name
 
 
 def decision_record(
@@ -132,9 +148,9 @@ def decision_record(
     return record
 
 
-def cancel_record(task: LiveTask, was: str, worker: str | None, worker_id: str | None) -> dict[
-    str, Any
-]:
+def cancel_record(
+    task: LiveTask, was: str, worker: str | None, worker_id: str | None
+) -> dict[str, Any]:
     """The record of ``task``'s cancellation by its tenant, in state ``was``."""
     return {
         **worker_columns(worker or "", worker_id or ""),
