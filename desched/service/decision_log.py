@@ -14,8 +14,10 @@ is a stable integer code of the worker instance, ``worker_name`` its readable
 ``name/worker_id``. NaN is written as null.
 
 A record is written after its state change is committed to the database (by the
-scheduler's writer thread), so a crash between the two loses that record (the database stays
-the source of truth); a record is never written for a change that did not commit.
+scheduler's writer thread, which runs the record's ``line`` after the commit and flushes
+once per batch, before the change's caller hears of it), so a crash between the two loses
+that record (the database stays the source of truth); a record is never written for a
+change that did not commit.
 ``decision_record`` and ``completion_record`` build the records from the scheduler's state.
 """
 
@@ -28,7 +30,7 @@ import math
 import os
 import threading
 import time
-from concurrent.futures import Future
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -44,8 +46,9 @@ _ENCODE = json.JSONEncoder(allow_nan=False).encode
 
 
 class DecisionLog:
-    """Appends records; each ``write`` is one line flushed to the OS (not fsynced).
-    Thread-safe."""
+    """Appends records, one JSON line each: ``write`` flushes its line to the OS (not
+    fsynced); ``append`` (and the callable ``line`` returns) leaves it in the buffer until
+    ``flush``. Thread-safe."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -74,28 +77,42 @@ class DecisionLog:
                 self._file.close()
             self.folder.mkdir(parents=True, exist_ok=True)
             name = f"decision-log-{day}-{os.getpid()}-{self._started}.jsonl"
-            self._file = (self.folder / name).open("a", encoding="utf-8", buffering=1)
+            self._file = (self.folder / name).open("a", encoding="utf-8")
             self._day = day
             self.seq = 0
         return self._file
 
     def write(self, kind: str, t: float, record: dict[str, Any]) -> None:
+        """Append the record and flush it to the OS."""
         with self.lock:
-            out = self._open(t)
-            line = {"kind": kind, "seq": self.seq, "t": t}
-            for k, v in record.items():
-                # NaN and infinities (numpy's float64 is a float too) are written as null
-                line[k] = None if isinstance(v, float) and not math.isfinite(v) else v
-            out.write(_ENCODE(line) + "\n")
-            self.seq += 1
+            self._append(kind, t, record)
+            if self._file is not None:
+                self._file.flush()
 
-    def write_after(
-        self, pending: Future[None], kind: str, t: float, record: dict[str, Any]
-    ) -> None:
-        """``write`` once ``pending`` (the change's commit) succeeds; never if it fails."""
-        pending.add_done_callback(
-            lambda done: self.write(kind, t, record) if done.exception() is None else None
-        )
+    def append(self, kind: str, t: float, record: dict[str, Any]) -> None:
+        """Append the record; it reaches the OS at the next ``flush`` (or a full buffer)."""
+        with self.lock:
+            self._append(kind, t, record)
+
+    def line(self, kind: str, t: float, record: dict[str, Any]) -> Callable[[], None]:
+        """What appends the record when called (the writer thread calls it after the
+        record's change commits; ``Writer.add(after=...)``)."""
+        return functools.partial(self.append, kind, t, record)
+
+    def flush(self) -> None:
+        with self.lock:
+            if self._file is not None:
+                self._file.flush()
+
+    def _append(self, kind: str, t: float, record: dict[str, Any]) -> None:
+        """Under ``lock``."""
+        out = self._open(t)
+        line = {"kind": kind, "seq": self.seq, "t": t}
+        for k, v in record.items():
+            # NaN and infinities (numpy's float64 is a float too) are written as null
+            line[k] = None if isinstance(v, float) and not math.isfinite(v) else v
+        out.write(_ENCODE(line) + "\n")
+        self.seq += 1
 
     def close(self) -> None:
         with self.lock:
