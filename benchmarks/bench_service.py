@@ -191,7 +191,8 @@ def preload(url: str, tenants: list[str], wanted: dict[int, int]) -> float:
                 r = client.post(
                     "/v1/tasks", json=body, headers={"Authorization": f"Bearer {tenants[k]}"}
                 )
-                r.raise_for_status()
+                if r.status_code not in (200, 201):
+                    raise RuntimeError(f"submit answered {r.status_code}: {r.text[:300]}")
                 n += size
     return n / max(time.perf_counter() - t0, 1e-9)
 
