@@ -36,7 +36,9 @@ Invariants, each enforced under one lock (``lock``):
   tenant. After a crash the state is up to ``state_save_s`` old; a policy switch starts fresh.
 - Time is the injected clock's ``now`` (epoch seconds, never decreasing, not even across a
   restart: it starts no lower than the latest time stored). Policies see only that ``now``.
-- A decision-log record is written only after its change commits (``decision_log``).
+- A decision-log record is written only after its change commits (``decision_log``): the
+  writer thread runs it (``Writer.add(after=...)``) once the batch holding the change has
+  committed and before any caller of that batch hears of it, in queue (decision) order.
 - One active service per database (high availability on PostgreSQL): only a process whose
   writer connection holds the database's writer lock (``Store.try_writer_lock``) is
   ``active``, and only an active one changes state. A process that finds the lock taken
@@ -75,7 +77,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from desched.errors import DeschedError
@@ -171,7 +173,13 @@ class Scheduler:
         self.read_lock = threading.Lock()
         self.active = False
         """Whether this process holds the writer lock and serves (module docstring)."""
-        self.writer = Writer(self.write_store, self._recover, self._idle, standby_poll_s)
+        self.writer = Writer(
+            self.write_store,
+            self._recover,
+            self._idle,
+            standby_poll_s,
+            after_batch=None if log is None else log.flush,
+        )
         self.predictions = Predictions(predictor, memory_model)
         self.host = PolicyHost(has_predictor=predictor is not None, state_save_s=state_save_s)
         self.leases = LeaseBook(lease_s)
@@ -510,15 +518,8 @@ class Scheduler:
                 lease_expires_at=expires,
                 start_s=now,
             )
-            pending = self.writer.add([write])
             tenant_backlog = self.backlog[task.tenant]
-            gate.unqueued(i)
-            gate.started(i)
-            self.queued.discard(i)
-            self.backlog[task.tenant] -= 1
-            task.attempts = attempt
-            self.leases.grant(i, task, worker, worker_id, lease_id, expires_at=expires, now=now)
-            self.counters.decisions += 1
+            logged = None
             if self.log is not None:
                 record = decision_record(
                     task,
@@ -532,7 +533,15 @@ class Scheduler:
                     skipped_unfit=skipped,
                 )
                 record.update(self.admission.in_force(task.tenant), priority=task.priority)
-                self.log.write_after(pending, "decision", now, record)
+                logged = self.log.line("decision", now, record)
+            pending = self.writer.add([write], after=logged)
+            gate.unqueued(i)
+            gate.started(i)
+            self.queued.discard(i)
+            self.backlog[task.tenant] -= 1
+            task.attempts = attempt
+            self.leases.grant(i, task, worker, worker_id, lease_id, expires_at=expires, now=now)
+            self.counters.decisions += 1
             self.counters.observe_latency(time.perf_counter() - t0)
             return Grant(task, lease_id, expires, attempt), pending
 
@@ -593,14 +602,16 @@ class Scheduler:
                 peak_mem_mb=peak_mem_mb,
                 result_ref=result_ref,
             )
-            pending = self.writer.add([write])
-            held = self.leases.release(i)
+            logged = self._completion_line(
+                now, task, task.worker, task.worker_id, "ok", duration_s, peak_mem_mb
+            )
+            pending = self.writer.add([write], after=logged)
+            self.leases.release(i)
             self.admission.gate.finished(i)
             self._forget(i, task, TaskState.DONE, pending)
             self.counters.completed += 1
             self.host.policy.complete(i, now, duration_s)
             self.predictions.observe_completion(task.tenant, task.task_type, duration_s)
-            self._log_completion(pending, now, task, held, "ok", duration_s, peak_mem_mb)
             return pending
 
     def fail(
@@ -611,13 +622,10 @@ class Scheduler:
         with self.lock:
             now = self.clock()
             i, task = self._leased(worker, task_id, lease_id, now)
-            ran_s = now - task.start_s
             held = self.leases.release(i)
             self.admission.gate.finished(i)
             state, pending = self._end_attempt(i, task, held, now, error, retryable)
             self.counters.failed += 1
-            if state is TaskState.DEAD:
-                self._log_completion(pending, now, task, held, "failed", ran_s, None)
             return state, pending
 
     def cancel(self, tenant: str, task_id: str) -> tuple[str, Pending | None]:
@@ -642,33 +650,42 @@ class Scheduler:
                     raise Conflict(f"task {task_id!r} cannot be cancelled: it is {state}")
                 return TaskState.CANCELLED.value, self.writer.add([])  # after the first's
             assert i is not None
+            was = TaskState.QUEUED.value if task.lease_id is None else TaskState.LEASED.value
+            logged = None
+            if self.log is not None:
+                leased = task.lease_id is not None
+                worker, worker_id = (task.worker, task.worker_id) if leased else (None, None)
+                record = cancel_record(task, was, worker, worker_id)
+                logged = self.log.line("cancel", now, record)
             if task.lease_id is None:
-                was, held = TaskState.QUEUED.value, None
                 self.host.policy.remove(i, now)
                 self.admission.gate.unqueued(i)
                 self.queued.discard(i)
                 self.backlog[task.tenant] -= 1
-                pending = self.writer.add([cancel_write(task.seq, None, now)])
+                pending = self.writer.add([cancel_write(task.seq, None, now)], after=logged)
                 self.counters.cancelled_queued += 1
             else:
-                was, held = TaskState.LEASED.value, self.leases.release(i)
+                held = self.leases.release(i)
                 self.admission.gate.finished(i)
-                pending = self.writer.add([cancel_write(task.seq, held.lease_id, now)])
+                write = cancel_write(task.seq, held.lease_id, now)
+                pending = self.writer.add([write], after=logged)
                 self.counters.cancelled_leased += 1
             self._forget(i, task, TaskState.CANCELLED, pending)
-            if self.log is not None:
-                worker, worker_id = (held.worker, held.worker_id) if held else (None, None)
-                record = cancel_record(task, was, worker, worker_id)
-                self.log.write_after(pending, "cancel", now, record)
             return was, pending
 
     def _end_attempt(
         self, i: int, task: LiveTask, held: Lease, now: float, error: str, retryable: bool
     ) -> tuple[TaskState, Pending]:
         """Task ``i``'s attempt under the lease ``held`` (released already) ended in
-        ``error``: requeue it, or dead-letter it when out of retries or not ``retryable``."""
+        ``error``: requeue it, or dead-letter it (and log its outcome, ``failed``) when out of
+        retries or not ``retryable``."""
         if not retryable or task.attempts > self.max_retries:
-            pending = self.writer.add([dead_letter_write(task.seq, held.lease_id, error, now)])
+            ran_s = now - task.start_s
+            logged = self._completion_line(
+                now, task, held.worker, held.worker_id, "failed", ran_s, None
+            )
+            write = dead_letter_write(task.seq, held.lease_id, error, now)
+            pending = self.writer.add([write], after=logged)
             self._forget(i, task, TaskState.DEAD, pending)
             self.counters.dead_lettered += 1
             return TaskState.DEAD, pending
@@ -696,11 +713,8 @@ class Scheduler:
         expired = self.leases.expired(now)
         for i, task, held in expired:
             self.admission.gate.finished(i)
-            ran_s = now - task.start_s
-            state, pending = self._end_attempt(i, task, held, now, "lease expired", True)
+            self._end_attempt(i, task, held, now, "lease expired", True)
             self.counters.lease_expiries += 1
-            if state is TaskState.DEAD:
-                self._log_completion(pending, now, task, held, "failed", ran_s, None)
         return len(expired)
 
     def flush(self, timeout: float | None = 30.0) -> None:
@@ -717,22 +731,22 @@ class Scheduler:
                 self._rebuild(self.host.spec)
             return self._expire(self.clock())
 
-    def _log_completion(
+    def _completion_line(
         self,
-        pending: Pending,
         now: float,
         task: LiveTask,
-        held: Lease,
+        worker: str | None,
+        worker_id: str | None,
         status: str,
         duration_s: float,
         peak_mem_mb: float | None,
-    ) -> None:
-        """Log ``task``'s outcome once ``pending`` commits."""
-        if self.log is not None:
-            record = completion_record(
-                task, held.worker, held.worker_id, status, duration_s, peak_mem_mb
-            )
-            self.log.write_after(pending, "completion", now, record)
+    ) -> Callable[[], None] | None:
+        """What writes ``task``'s outcome to the decision log, for the writer to run once the
+        outcome's write commits (``Writer.add(after=...)``); None without a log."""
+        if self.log is None:
+            return None
+        record = completion_record(task, worker, worker_id, status, duration_s, peak_mem_mb)
+        return self.log.line("completion", now, record)
 
     def health(self) -> dict[str, Any]:
         with self.lock:
