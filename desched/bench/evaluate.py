@@ -23,7 +23,7 @@ import numpy as np
 import polars as pl
 from pydantic import SerializerFunctionWrapHandler, model_serializer
 
-from desched.bench.specs import PolicySpec, TraceSpec, fingerprint
+from desched.bench.specs import PolicySpec, TraceSpec, fingerprint, past_last_slice
 from desched.errors import DeschedError
 from desched.policies.base import Policy
 from desched.records import Record
@@ -185,8 +185,7 @@ def cells_of(
             raise DeschedError(f"trace {t!r}: no seeds")
         count = tspec.slices()
         if count is not None and max(own) >= count:
-            raise DeschedError(f"trace {t!r}: seed {max(own)} is past its last slice "
-                               f"(seeds 0..{count - 1})")
+            raise DeschedError(past_last_slice(tspec, max(own), count))
         out += [(t, p, s) for p in policies for s in own]
     return out
 

@@ -85,8 +85,8 @@ def predict(registry: Path, trace: Path, out: Path) -> None:
     from desched.models.duration import Predictor
     from desched.trace import read_trace, write_trace
 
+    frame = read_trace(trace)  # refuse a bad or empty trace before loading the model
     predictor = Predictor.load(registry)
-    frame = read_trace(trace)
     predicted = predictor.predict_batch(frame.drop("predicted_s", strict=False))
     # A duration is positive: guard the schema against a model that extrapolates below zero.
     predicted = np.maximum(predicted, 1e-6)
