@@ -49,6 +49,8 @@ def _parse_spec(spec: str) -> tuple[str, dict[str, str]]:
     base, _, query = spec.strip().partition("?")
     if not base:
         raise DeschedError(f"{spec!r}: empty name")
+    if any("=" not in part for part in query.split("&") if query):
+        raise DeschedError(f"{spec!r}: expected NAME?KEY=VALUE&KEY=VALUE")
     pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=False) if query else []
     options: dict[str, str] = {}
     for key, value in pairs:

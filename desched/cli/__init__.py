@@ -57,7 +57,10 @@ class LazyGroup(click.Group):
             ctx.exit(2)
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "show_default": True},
+)
 @click.version_option(package_name="desched")
 def cli() -> None:
     """desched: schedule multi-tenant document enrichment, and measure how fairly."""

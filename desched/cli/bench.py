@@ -16,8 +16,9 @@ from desched.errors import DeschedError
 
 
 def _split(values: tuple[str, ...]) -> list[str]:
-    """Repeatable, comma-separated option values, in order, blanks dropped."""
-    return [v.strip() for value in values for v in value.split(",") if v.strip()]
+    from desched.cli.grammar import split_specs
+
+    return split_specs(values)
 
 
 def _seeds(text: str | None) -> list[int] | None:
@@ -101,7 +102,8 @@ def tune(
     seed: int, windows: int, fairness_weight: float, reference: str | None,
 ) -> None:
     """Learn the scorer's weights from traces by simulation; judge them on held-out traces;
-    write OUT/card.json (loadable with --param weights=OUT), card.md and the learning curve."""
+    write OUT/card.json (loadable as --policy 'POLICY?weights=OUT'), card.md and the learning
+    curve."""
     from pydantic import ValidationError
 
     from desched.bench.learning import Objective
@@ -126,4 +128,5 @@ def tune(
     from desched.bench.tuning import verdict_markdown
 
     click.echo(verdict_markdown(card))
-    click.echo(f"wrote {out}/card.json (use --param weights={out}), card.md, learning-curve.png")
+    click.echo(f"wrote {out}/card.json (use --policy '{card.policy}?weights={out}'), card.md, "
+               "learning-curve.png")

@@ -20,7 +20,8 @@ REGISTRY_OPTION = click.option(
 
 
 @click.command()
-@click.option("--db", type=click.Path(path_type=Path), help="DuckDB warehouse (table completions).")
+@click.option("--warehouse", "db", type=click.Path(path_type=Path),
+              help="DuckDB warehouse of ingested logs (its completions table).")
 @click.option(
     "--trace",
     type=click.Path(path_type=Path),
@@ -50,7 +51,7 @@ def train(db: Path | None, trace: Path | None, registry: Path, max_rounds: int, 
     elif trace is not None and db is None:
         frame = load_trace_or_swf(trace)
     else:
-        raise DeschedError("give exactly one of --db PATH or --trace TRACE.parquet")
+        raise DeschedError("give exactly one of --warehouse FILE.duckdb or --trace TRACE.parquet")
     result = fit(frame, TrainSettings(max_rounds=max_rounds, seed=seed), source=str(db or trace))
     card = register(registry, result)
     m = card.metrics
@@ -82,11 +83,12 @@ def predict(registry: Path, trace: Path, out: Path) -> None:
     import numpy as np
     import polars as pl
 
+    from desched.cli.grammar import existing_folder
     from desched.models.duration import Predictor
     from desched.trace import read_trace, write_trace
 
     frame = read_trace(trace)  # refuse a bad or empty trace before loading the model
-    predictor = Predictor.load(registry)
+    predictor = Predictor.load(existing_folder(registry, "--registry"))
     predicted = predictor.predict_batch(frame.drop("predicted_s", strict=False))
     # A duration is positive: guard the schema against a model that extrapolates below zero.
     predicted = np.maximum(predicted, 1e-6)
@@ -100,9 +102,10 @@ def predict(registry: Path, trace: Path, out: Path) -> None:
 def models(registry: Path, as_json: bool) -> None:
     """List the registry's versions (duration or memory models), the champion, and their
     held-out error beside the best baseline's."""
+    from desched.cli.grammar import existing_folder
     from desched.models.registry import Registry
 
-    rows = Registry(registry).listing()
+    rows = Registry(existing_folder(registry, "--registry")).listing()
     if as_json:
         click.echo(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
         return
