@@ -28,6 +28,7 @@ from desched.errors import DeschedError
 from desched.policies.base import Policy
 from desched.records import Record
 from desched.runs import RunMetrics, RunPolicy, RunSummary, WindowDrift
+from desched.tables import markdown_table as _markdown_table
 
 METRICS: tuple[str, ...] = (
     "mean_wait_s",
@@ -300,12 +301,10 @@ def table_rows(rows: Sequence[EvalRow]) -> list[dict[str, Any]]:
 def markdown_table(rows: Sequence[EvalRow], confidence: float = CONFIDENCE) -> str:
     """Headline metrics per (trace, policy) as ``mean ± half-width`` of the interval."""
     head = ["trace", "policy", "seeds", *(label for _, label in TABLE_METRICS)]
-    lines = [f"Mean ± half-width of the {confidence:.0%} t-interval over seeds.", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        cells = [fmt_ci(r.metrics[m]) for m, _ in TABLE_METRICS]
-        lines.append("| " + " | ".join([r.trace, r.policy, str(len(r.seeds)), *cells]) + " |")
-    return "\n".join(lines)
+    body = [[r.trace, r.policy, len(r.seeds), *(fmt_ci(r.metrics[m]) for m, _ in TABLE_METRICS)]
+            for r in rows]
+    return (f"Mean ± half-width of the {confidence:.0%} t-interval over seeds.\n\n"
+            + _markdown_table(head, body))
 
 
 def drift_frame(rows: Sequence[EvalRow]) -> pl.DataFrame:

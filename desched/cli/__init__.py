@@ -62,8 +62,16 @@ class LazyGroup(click.Group):
     context_settings={"help_option_names": ["-h", "--help"], "show_default": True},
 )
 @click.version_option(package_name="desched")
-def cli() -> None:
-    """desched: schedule multi-tenant document enrichment, and measure how fairly."""
+@click.option("-v", "--verbose", is_flag=True,
+              help="Show the INFO logs of Prefect and Great Expectations (quiet by default).")
+def cli(verbose: bool) -> None:
+    """desched: schedule multi-tenant document enrichment, and measure how fairly.
+
+    Every command prints its result on stdout and errors as one line on stderr.
+    """
+    from desched.cli.output import configure_logging
+
+    configure_logging(verbose)
 
 
 def main(argv: list[str] | None = None) -> None:

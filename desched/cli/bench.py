@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from desched.cli.output import echo_markdown
 from desched.errors import DeschedError
 
 
@@ -62,7 +63,7 @@ def evaluate(
     settings = {"traces": trace_specs, "policies": policy_specs, "seeds": seeds,
                 "workers": workers, "baseline": baseline, "window_s": window_s}
     paths = ev.write_evaluation(out, settings, rows, results)
-    click.echo(ev.markdown_table(rows))
+    echo_markdown(ev.markdown_table(rows))
     click.echo(f"\n{len(cells)} simulations; wrote {paths['json']}, {paths['table']}, "
                f"{paths['drift']}")
 
@@ -127,6 +128,6 @@ def tune(
     card = run_tune(settings, out, command=command)
     from desched.bench.tuning import verdict_markdown
 
-    click.echo(verdict_markdown(card))
+    echo_markdown(verdict_markdown(card))
     click.echo(f"wrote {out}/card.json (use --policy '{card.policy}?weights={out}'), card.md, "
                "learning-curve.png")

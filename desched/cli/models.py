@@ -110,24 +110,25 @@ def models(registry: Path, as_json: bool) -> None:
         click.echo(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
         return
     if not rows:
-        click.echo(f"{registry}: no model versions")
+        click.echo(f"{registry}: no model versions (an empty registry)")
         return
-    click.echo(
-        f"{'version':8} {'':2} {'verdict':9} {'objective':9} {'MAE':>10} {'':3} {'MdAPE %':>8} "
-        f"{'Spearman':>8}  best baseline (MAE)"
-    )
+    from desched.cli.output import echo_markdown
+    from desched.tables import markdown_table
+
+    body = []
     for r in rows:
         if r.mae is None:
-            click.echo(f"{r.version:8}    {r.verdict}")
+            body.append([r.version, "", r.verdict, "", "", "", "", ""])
             continue
-        mark = "*" if r.champion else ""
-        mdape = "n/a" if r.mdape_pct is None else f"{r.mdape_pct:.1f}"
-        click.echo(
-            f"{r.version:8} {mark:2} {r.verdict:9} {r.objective or '':9} "
-            f"{r.mae:>10.3f} {r.unit or '':3} {mdape:>8} {_fmt(r.spearman):>8}  "
-            f"{r.best_baseline} ({_fmt(r.best_baseline_mae)} {r.unit})"
-        )
-    click.echo("* champion")
+        body.append([
+            r.version, "yes" if r.champion else "", r.verdict, r.objective or "",
+            f"{r.mae:.3f} {r.unit or ''}".strip(),
+            "n/a" if r.mdape_pct is None else f"{r.mdape_pct:.1f}", _fmt(r.spearman),
+            f"{r.best_baseline} ({_fmt(r.best_baseline_mae)} {r.unit})",
+        ])
+    echo_markdown(markdown_table(
+        ["version", "champion", "verdict", "objective", "MAE", "MdAPE %", "Spearman",
+         "best baseline (MAE)"], body, "lllllrrl"))
 
 
 def _fmt(value: float | None) -> str:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from desched.cli.grammar import POLICY_SPEC_HELP, policy_spec, split_specs
+from desched.cli.output import echo_markdown
 from desched.errors import DeschedError
 
 if TYPE_CHECKING:
@@ -186,18 +187,23 @@ def _fmt(x: float) -> str:
 
 def format_table(summaries: dict[str, RunSummary], tenants: list[str]) -> str:
     """A markdown table of the headline metrics, then mean wait of the given tenants."""
-    head = ["policy", *(label for _, label in TABLE_COLUMNS)]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name, s in summaries.items():
-        lines.append("| " + " | ".join([name, *(_fmt(getattr(s, k)) for k, _ in TABLE_COLUMNS)])
-                     + " |")
+    from desched.tables import table_lines
+
+    numeric = "r" * len(TABLE_COLUMNS)
+    lines = table_lines(
+        ["policy", *(label for _, label in TABLE_COLUMNS)],
+        [[name, *(_fmt(getattr(s, k)) for k, _ in TABLE_COLUMNS)]
+         for name, s in summaries.items()],
+        "l" + numeric,
+    )
     if tenants:
         lines += ["", "mean wait (s) per tenant:", ""]
-        head = ["tenant", *summaries]
-        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for t in tenants:
-            cells = [_fmt(s.tenants()[t].mean_wait_s) for s in summaries.values()]
-            lines.append("| " + " | ".join([t, *cells]) + " |")
+        lines += table_lines(
+            ["tenant", *summaries],
+            [[t, *(_fmt(s.tenants()[t].mean_wait_s) for s in summaries.values())]
+             for t in tenants],
+            "l" + "r" * len(summaries),
+        )
     return "\n".join(lines)
 
 
@@ -288,7 +294,7 @@ def compare(
          "policies": {n: s.model_dump() for n, s in summaries.items()},
          "run_dirs": {n: d.name for n, d in run_dirs.items()},
          "plot": plot.name}, indent=2) + "\n")
-    click.echo(table)
+    echo_markdown(table)
     click.echo(f"\nwrote {out / 'compare.json'} and {plot}")
 
 

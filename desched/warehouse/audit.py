@@ -20,6 +20,7 @@ great_expectations is imported inside ``build_suite`` and ``GxAuditor``.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -162,6 +163,10 @@ class GxAuditor:
         os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
         import great_expectations as gx
         from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        # GX pins this module's logger at INFO ("Created temporary directory ..."): let it
+        # follow the "great_expectations" logger, which the CLI sets (INFO only with -v)
+        logging.getLogger("great_expectations.data_context.types.base").setLevel(logging.NOTSET)
 
         self.context = gx.get_context(mode="ephemeral")
         self.context.variables.progress_bars = ProgressBarsConfig(globally=False)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from desched.tables import table_lines
 from desched.warehouse.audit import AuditResult
 from desched.warehouse.ledger import Action, FileReport
 
@@ -154,25 +155,23 @@ def report_markdown(summary: IngestSummary, logs_dir: str, db_path: str) -> str:
         "",
         f"Logs `{logs_dir}` into warehouse `{db_path}`.",
         "",
-        "| | |",
-        "|---|---:|",
-        f"| files seen | {summary.files_seen} |",
-        f"| files read | {summary.files_read} |",
-        f"| rows loaded | {summary.rows_loaded} |",
-        f"| decisions loaded | {summary.decisions_loaded} |",
-        f"| completions loaded | {summary.completions_loaded} |",
-        f"| rows quarantined | {summary.rows_quarantined} |",
-        f"| files quarantined whole | {len(summary.files_quarantined)} |",
-        f"| files failed | {len(summary.files_failed)} |",
-        f"| files skipped as not logs | {len(summary.files_skipped)} |",
-        f"| rows re-checked by Great Expectations | {summary.gx_rows_checked} |",
-        f"| Great Expectations agrees with the rules | {agrees} |",
+        *table_lines(["", ""], [
+            ("files seen", summary.files_seen),
+            ("files read", summary.files_read),
+            ("rows loaded", summary.rows_loaded),
+            ("decisions loaded", summary.decisions_loaded),
+            ("completions loaded", summary.completions_loaded),
+            ("rows quarantined", summary.rows_quarantined),
+            ("files quarantined whole", len(summary.files_quarantined)),
+            ("files failed", len(summary.files_failed)),
+            ("files skipped as not logs", len(summary.files_skipped)),
+            ("rows re-checked by Great Expectations", summary.gx_rows_checked),
+            ("Great Expectations agrees with the rules", agrees),
+        ], "lr"),
         "",
         "## Rows quarantined by rule",
         "",
-        "| rule | rows |",
-        "|---|---:|",
-        *[f"| {rule} | {n} |" for rule, n in sorted(summary.quarantined_by_rule.items())],
+        *table_lines(["rule", "rows"], sorted(summary.quarantined_by_rule.items()), "lr"),
     ]
     if summary.files_quarantined:
         lines += ["", "## Files quarantined whole", ""]
@@ -185,6 +184,6 @@ def report_markdown(summary: IngestSummary, logs_dir: str, db_path: str) -> str:
     if summary.files_failed:
         lines += ["", "## Files that failed (rolled back; read again next run)", ""]
         lines += [f"- `{p}`: {e}" for p, e in summary.files_failed.items()]
-    lines += ["", "## Warehouse rows", "", "| table | rows |", "|---|---:|"]
-    lines += [f"| {t} | {n} |" for t, n in summary.counts.items()]
+    lines += ["", "## Warehouse rows", ""]
+    lines += table_lines(["table", "rows"], summary.counts.items(), "lr")
     return "\n".join(lines) + "\n"
