@@ -360,7 +360,8 @@ def save(folder: str | Path, card: WeightsCard, learned: LearnerResult) -> dict[
     today = "/".join(f"{v:g}" for v in card.reference.weights.values())
     paths["curve"] = plot_curve(learned.curve, f"{card.name}: {card.learner} learning curve",
                                 step_label(learned.learner), out / "learning-curve.png",
-                                reference=f"today's {today}".strip())
+                                reference=f"today's {today}".strip(),
+                                shipped=card.train_objective)
     return paths
 
 
