@@ -34,7 +34,7 @@ def options_of(command: click.Command) -> set[str]:
 
 
 def run(*args: object) -> click.testing.Result:
-    return CliRunner().invoke(cli, [str(a) for a in args])
+    return CliRunner().invoke(cli, [str(a) for a in args], prog_name="desched")
 
 
 def test_no_command_takes_policy_parameters_outside_the_policy_spec():
@@ -150,3 +150,23 @@ def test_every_option_the_readme_and_docs_use_exists_on_its_command():
                 assert word.split("=")[0] in allowed, (path, word, argv)
         checked += 1
     assert checked >= 5
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["simulate", "--trace", "t.parquet", "--policy", "fifo", "--workers", "0", "--out", "r"],
+     ["'--workers'", "0", "desched simulate --help"]),
+    (["simulate", "--trace", "t.parquet", "--policy", "fifo"], ["Missing option '--workers'"]),
+    (["simulate", "--trace", "t.parquet", "--policy", "fifo", "--workers", "1", "--out", "r",
+      "--window-s", "-5"], ["'--window-s'", "-5"]),
+    (["frobnicate"], ["No such command 'frobnicate'", "desched --help"]),
+    (["tenants", "add"], ["Missing argument 'NAME'", "desched tenants add --help"]),
+    (["tune", "--trace", "x", "--workers", "1", "--out", "w", "--learner", "bogus"],
+     ["'--learner'", "'bogus'"]),
+])
+def test_a_usage_error_is_one_line_naming_the_option_and_where_to_look(args, words):
+    result = run(*args)
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    for word in words:
+        assert word in lines[0], (word, lines[0])

@@ -1,6 +1,7 @@
 """The ``desched`` command line. Subcommands load lazily so ``desched --help`` stays fast.
 
-Every command turns a ``DeschedError`` into one line on stderr and exit status 2.
+Every command turns a ``DeschedError`` or a usage error (a missing or bad option) into one
+line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except DeschedError as exc:
             click.echo(f"error: {exc}", err=True)
+            ctx.exit(2)
+        except click.UsageError as exc:  # a missing or bad option: one line, and where to look
+            where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+            click.echo(f"error: {exc.format_message()} (see '{where} --help')", err=True)
             ctx.exit(2)
 
 

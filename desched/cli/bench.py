@@ -46,7 +46,7 @@ def _seeds(text: str | None) -> list[int] | None:
               help="Simulations run in parallel (processes).")
 @click.option("--baseline", default="ifs-memoryless", show_default=True,
               help="Policy spec that paired differences are taken against (if evaluated).")
-@click.option("--window-s", type=float, default=None,
+@click.option("--window-s", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Window length for drift metrics (default: submission span / 20).")
 def evaluate(
     traces: tuple[str, ...], policies: tuple[str, ...], seeds: str, workers: int, out: Path,

@@ -33,7 +33,8 @@ def _settings(**overrides: Any) -> Any:
 @click.command()
 @STORE_OPTION
 @click.option("--host", default=None, help="address to bind [default: 127.0.0.1]")
-@click.option("--port", default=None, type=int, help="port to bind [default: 8000]")
+@click.option("--port", default=None, type=click.IntRange(1, 65535),
+              help="port to bind [default: 8000]")
 @click.option(
     "--policy",
     default=None,
@@ -41,7 +42,8 @@ def _settings(**overrides: Any) -> Any:
     help=f"policy to run, recorded as the live policy: {POLICY_SPEC_HELP} "
     "[default: the recorded one]",
 )
-@click.option("--lease-s", default=None, type=float, help="lease period, seconds [default: 30]")
+@click.option("--lease-s", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="lease period, seconds [default: 30]")
 @click.option(
     "--logs", "log_dir", default=None,
     help="decision-log folder, the one `desched ingest --logs` reads [default: data/logs]",

@@ -23,7 +23,8 @@ TRACE_OPTION = click.option("--trace", "trace_path", required=True,
                             type=click.Path(path_type=Path), help="Trace Parquet file.")
 WORKERS_OPTION = click.option("--workers", required=True, type=click.IntRange(min=1),
                               help="Number of workers.")
-WINDOW_OPTION = click.option("--window-s", type=float, default=None,
+WINDOW_OPTION = click.option("--window-s", type=click.FloatRange(min=0, min_open=True),
+                             default=None,
                              help="Window length for drift metrics (default: submission span / 20).")
 
 
@@ -260,7 +261,7 @@ def plot_wait_over_time(run_dirs: dict[str, Path], tenants: list[str], out: Path
               help="Folder for one run folder per policy, compare.json and the plot.")
 @click.option("--seed", default=0, show_default=True, help="Seed recorded with the runs.")
 @WINDOW_OPTION
-@click.option("--tenants", "n_tenants", default=5, show_default=True,
+@click.option("--tenants", "n_tenants", default=5, show_default=True, type=click.IntRange(min=0),
               help="Tenants shown by name in the table and plot (largest first).")
 def compare(
     trace_path: Path, policies: tuple[str, ...], workers: int, out: Path,
