@@ -94,7 +94,8 @@ def validate_trace(frame: pl.DataFrame, source: str = "trace") -> pl.DataFrame:
 
 
 def read_trace(path: str | Path) -> pl.DataFrame:
-    """Read and validate a trace Parquet file; errors name the file."""
+    """Read and validate a trace Parquet file; errors name the file. A trace without a task
+    is refused: nothing can be simulated, trained or predicted on it."""
     path = Path(path)
     if not path.exists():
         raise DeschedError(f"{path}: no such trace file")
@@ -102,7 +103,10 @@ def read_trace(path: str | Path) -> pl.DataFrame:
         frame = pl.read_parquet(path)
     except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
         raise DeschedError(f"{path}: not a readable Parquet file ({type(exc).__name__})") from None
-    return validate_trace(frame, str(path))
+    frame = validate_trace(frame, str(path))
+    if frame.height == 0:
+        raise DeschedError(f"{path}: no tasks (0 rows); a trace needs at least one")
+    return frame
 
 
 def write_trace(frame: pl.DataFrame, path: str | Path) -> Path:

@@ -33,8 +33,8 @@ def invoke(*args: str):
 
 def test_simulate_writes_the_run_folder_of_the_design(trace, tmp_path):
     out = tmp_path / "run"
-    res = invoke("simulate", "--trace", str(trace), "--policy", "ifs-memoryless",
-                 "--param", "w_wait=0.8", "--workers", "2", "--out", str(out), "--seed", "7")
+    res = invoke("simulate", "--trace", str(trace), "--policy", "ifs-memoryless?w_wait=0.8",
+                 "--workers", "2", "--out", str(out), "--seed", "7")
     assert res.exit_code == 0, res.output
     tasks = pl.read_parquet(out / "tasks.parquet")
     assert {"start_s", "end_s", "worker", "wait_s", "response_s"} <= set(tasks.columns)
@@ -57,13 +57,16 @@ def test_simulate_writes_the_run_folder_of_the_design(trace, tmp_path):
 
 def test_compare_prints_a_table_and_writes_compare_json_and_a_plot(trace, tmp_path):
     out = tmp_path / "cmp"
-    res = invoke("compare", "--trace", str(trace), "--policies", "fifo,ifs-memoryless",
-                 "--param", "ifs-memoryless.w_backlog=0.5", "--workers", "1", "--out", str(out))
+    spec = "ifs-memoryless?w_backlog=0.5"
+    res = invoke("compare", "--trace", str(trace), "--policies", f"fifo,{spec}",
+                 "--workers", "1", "--out", str(out))
     assert res.exit_code == 0, res.output
-    assert "| fifo |" in res.output and "| ifs-memoryless |" in res.output
+    assert "| fifo |" in res.output and f"| {spec} |" in res.output
     data = json.loads((out / "compare.json").read_text())
-    assert set(data["policies"]) == {"fifo", "ifs-memoryless"}
-    assert data["policies"]["ifs-memoryless"]["params"]["w_backlog"] == 0.5
+    assert set(data["policies"]) == {"fifo", spec}
+    assert data["policies"][spec]["params"]["w_backlog"] == 0.5
+    assert data["run_dirs"][spec] == "ifs-memoryless_w_backlog=0.5"
+    assert (out / "ifs-memoryless_w_backlog=0.5" / "summary.json").is_file()
     assert (out / "wait-over-time.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -71,9 +74,9 @@ def test_compare_prints_a_table_and_writes_compare_json_and_a_plot(trace, tmp_pa
     ("args", "message"),
     [
         (["--policy", "nope"], "unknown policy 'nope'"),
-        (["--policy", "fifo", "--param", "w=1"], "policy 'fifo' has no parameter 'w'"),
-        (["--policy", "ifs-memoryless", "--param", "w_wait=x"], "parameter 'w_wait'"),
-        (["--policy", "ifs-memoryless", "--param", "w_wait"], "expected KEY=VALUE"),
+        (["--policy", "fifo?w=1"], "policy 'fifo' has no parameter 'w'"),
+        (["--policy", "ifs-memoryless?w_wait=x"], "parameter 'w_wait'"),
+        (["--policy", "ifs-memoryless?w_wait"], "expected NAME?KEY=VALUE&KEY=VALUE"),
     ],
 )
 def test_bad_policy_input_is_a_one_line_error(trace, tmp_path, args, message):

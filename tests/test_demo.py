@@ -22,7 +22,7 @@ def quick_report(prefect_harness: None, tmp_path_factory: pytest.TempPathFactory
     res = CliRunner().invoke(cli, ["demo", "--quick", "--out", str(out), "--run", "t"],
                              catch_exceptions=False)
     assert res.exit_code == 0, res.output
-    folder = out / "reports" / "t"
+    folder = out / "t"  # --out is used as given: OUT/RUN, working files in OUT/RUN/work
     return {"folder": folder, "output": res.output,
             "json": json.loads((folder / "report.json").read_text()),
             "md": (folder / "report.md").read_text()}

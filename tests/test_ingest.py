@@ -91,13 +91,14 @@ BAD_LINES = {
 
 
 def run_once(logs: Path, db: Path, settings: IngestSettings | None = None) -> list[Any]:
-    """The pure path the flow's tasks wrap: plan, then load every planned file."""
+    """The pure path the flow's tasks wrap: plan, then load every planned file; the reports
+    of the files read (those skipped as not logs left out)."""
     settings = settings or IngestSettings()
     with open_warehouse(db) as con:
         work, _ = plan(con, logs, settings)
         reports = [ingest_file(con, w, settings) for w in work]
     audit_samples(reports, lambda: gx_auditor(settings.task_types))
-    return reports
+    return [r for r in reports if r.action != "skipped"]  # a run folder's tables, summary
 
 
 def query(db: Path, sql: str) -> pl.DataFrame:
@@ -133,7 +134,10 @@ def test_a_clean_log_loads_every_row_and_a_second_run_adds_nothing(prefect_harne
     assert set(query(db, "SELECT DISTINCT source FROM completions")["source"]) == {str(log)}
 
     second = ingest_logs(str(tmp_path / "logs"), str(db))
-    assert (second.files_seen, second.files_read, second.rows_loaded) == (1, 0, 0)
+    # the run folder's tasks.parquet, decisions.parquet and summary.json are named as skipped
+    assert (second.files_seen, second.files_read, second.rows_loaded) == (4, 0, 0)
+    assert sorted(Path(p).name for p in second.files_skipped) == [
+        "decisions.parquet", "summary.json", "tasks.parquet"]
     assert counts(db) == after_first
     report = Artifact.get("ingest-logs")
     assert report is not None and "| rows loaded | 0 |" in str(report.data)
@@ -211,10 +215,14 @@ def test_the_ingest_command_prints_one_line_and_refuses_a_missing_folder(prefect
 
     simulated_log(tmp_path / "logs" / "run1")
     db = tmp_path / "w.duckdb"
-    ok = CliRunner().invoke(cli, ["ingest", "--logs", str(tmp_path / "logs"), "--db", str(db)])
+    ok = CliRunner().invoke(
+        cli, ["ingest", "--logs", str(tmp_path / "logs"), "--warehouse", str(db)]
+    )
     assert ok.exit_code == 0, ok.output
     assert "12 rows loaded (6 decisions, 6 completions); 0 rows quarantined" in ok.output
-    missing = CliRunner().invoke(cli, ["ingest", "--logs", str(tmp_path / "nope"), "--db", str(db)])
+    missing = CliRunner().invoke(
+        cli, ["ingest", "--logs", str(tmp_path / "nope"), "--warehouse", str(db)]
+    )
     assert missing.exit_code == 2
     assert "error: logs folder" in missing.output and "does not exist" in missing.output
 
@@ -409,17 +417,19 @@ def test_a_column_the_log_adds_becomes_a_column_of_its_table_and_widens_with_its
 ):
     logs, db = tmp_path / "logs", tmp_path / "w.duckdb"
     log = write_jsonl(logs / "live-log.jsonl", [
-        completion(0, 1.0, "a", pages=2, lang={"code": "fr"}),
-        decision(1, 1.0, "b", norm_wait=0.5),
+        decision(0, 0.0, "a"),
+        completion(1, 1.0, "a", pages=2, lang={"code": "fr"}),
+        decision(2, 1.0, "b", norm_wait=0.5),
     ])
     run_once(logs, db)
     with log.open("a") as f:
-        f.write(json.dumps(completion(2, 2.0, "b", pages=2.5)) + "\n")
+        f.write(json.dumps(completion(3, 2.0, "b", pages=2.5)) + "\n")
     run_once(logs, db)
     completions = query(db, "SELECT pages, lang FROM completions ORDER BY seq")
     assert completions["pages"].to_list() == [2.0, 2.5]
     assert json.loads(completions["lang"][0]) == {"code": "fr"}
-    assert query(db, "SELECT norm_wait FROM decisions")["norm_wait"].to_list() == [0.5]
+    b = query(db, "SELECT norm_wait FROM decisions WHERE task_id = 'b'")
+    assert b["norm_wait"].to_list() == [0.5]
     assert "norm_wait" not in query(db, "SELECT * FROM completions").columns
 
 

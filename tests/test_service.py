@@ -485,13 +485,13 @@ def test_policy_set_switches_the_live_policy(svc: Running) -> None:
         assert time.monotonic() < deadline, "the service did not switch policy"
         time.sleep(0.05)
     out = runner.invoke(
-        cli, ["policy", "set", "ifs-memoryless", "--param", "w_wait=0.8", "--db", db]
+        cli, ["policy", "set", "ifs-memoryless?w_wait=0.8", "--store", db]
     )
     assert out.exit_code == 0, out.output
     while svc.client.get("/healthz").json()["params"].get("w_wait") != 0.8:
         assert time.monotonic() < deadline, "the service did not switch policy"
         time.sleep(0.05)
-    bad = runner.invoke(cli, ["policy", "set", "ifs-memoryless", "--param", "w_nope=1", "--db", db])
+    bad = runner.invoke(cli, ["policy", "set", "ifs-memoryless?w_nope=1", "--store", db])
     assert bad.exit_code == 2 and "w_nope" in bad.output
 
 

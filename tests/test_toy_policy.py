@@ -87,12 +87,13 @@ def test_the_toy_policy_is_listed_as_learnable_and_compared(
     listing = invoke("policies")
     assert TOY in listing and "learnable (desched tune): w_wait" in listing
     out = tmp_path / "cmp"
-    table = invoke("compare", "--trace", str(predicted_trace), "--policies", f"fifo,{TOY}",
-                   "--param", f"{TOY}.w_wait=0.8", "--workers", "2", "--out", str(out))
-    assert f"| {TOY} |" in table
+    spec = f"{TOY}?w_wait=0.8"
+    table = invoke("compare", "--trace", str(predicted_trace), "--policies", f"fifo,{spec}",
+                   "--workers", "2", "--out", str(out))
+    assert f"| {spec} |" in table
     saved = json.loads((out / "compare.json").read_text())
-    assert saved["policies"][TOY]["params"] == {"w_wait": 0.8}
-    assert (out / TOY / "summary.json").is_file()
+    assert saved["policies"][spec]["params"] == {"w_wait": 0.8}
+    assert (out / saved["run_dirs"][spec] / "summary.json").is_file()
 
 
 def test_the_toy_policy_is_evaluated_over_seeds(

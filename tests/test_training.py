@@ -304,8 +304,9 @@ def test_the_cli_trains_predicts_and_lists_models_end_to_end(tmp_path: Path) -> 
 def test_the_cli_gives_one_line_errors_for_bad_arguments_and_missing_models(tmp_path: Path) -> None:
     runner = CliRunner()
     res = runner.invoke(cli, ["train", "--registry", str(tmp_path)])
-    assert res.exit_code == 2 and "exactly one of --db" in res.output
+    assert res.exit_code == 2 and "exactly one of --warehouse" in res.output
     trace = write_trace(small_trace(300, seed=1), tmp_path / "t.parquet")
+    (tmp_path / "none").mkdir()  # a registry folder without a model (a missing one: see below)
     res = runner.invoke(
         cli,
         [
@@ -319,5 +320,7 @@ def test_the_cli_gives_one_line_errors_for_bad_arguments_and_missing_models(tmp_
         ],
     )
     assert res.exit_code == 2 and "no champion model" in res.output
+    res = runner.invoke(cli, ["models", "--registry", str(tmp_path / "typo")])
+    assert res.exit_code == 2 and "--registry" in res.output and "does not exist" in res.output
     for command in ("train", "predict", "models"):
         assert runner.invoke(cli, [command, "--help"]).exit_code == 0

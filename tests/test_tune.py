@@ -103,8 +103,8 @@ def test_a_bad_weights_path_or_card_is_a_one_line_error_naming_the_file(
         (folder / "card.json").write_text(content)
     trace = write_trace(generate("steady", tasks=30, tenants=3, workers=2), tmp_path / "t.parquet")
     result = CliRunner().invoke(cli, [
-        "simulate", "--trace", str(trace), "--policy", "ifs-memoryless",
-        "--param", f"weights={folder}", "--workers", "2", "--out", str(tmp_path / "run"),
+        "simulate", "--trace", str(trace), "--policy", f"ifs-memoryless?weights={folder}",
+        "--workers", "2", "--out", str(tmp_path / "run"),
     ])
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()

@@ -23,12 +23,13 @@ import numpy as np
 import polars as pl
 from pydantic import SerializerFunctionWrapHandler, model_serializer
 
-from desched.bench.specs import PolicySpec, TraceSpec, fingerprint
+from desched.bench.specs import PolicySpec, TraceSpec, fingerprint, past_last_slice
 from desched.controls import Controls
 from desched.errors import DeschedError
 from desched.policies.base import Policy
 from desched.records import Record
 from desched.runs import RunMetrics, RunPolicy, RunSummary, WindowDrift
+from desched.tables import markdown_table as _markdown_table
 
 METRICS: tuple[str, ...] = (
     "mean_wait_s",
@@ -188,8 +189,7 @@ def cells_of(
             raise DeschedError(f"trace {t!r}: no seeds")
         count = tspec.slices()
         if count is not None and max(own) >= count:
-            raise DeschedError(f"trace {t!r}: seed {max(own)} is past its last slice "
-                               f"(seeds 0..{count - 1})")
+            raise DeschedError(past_last_slice(tspec, max(own), count))
         out += [(t, p, s) for p in policies for s in own]
     return out
 
@@ -304,12 +304,10 @@ def table_rows(rows: Sequence[EvalRow]) -> list[dict[str, Any]]:
 def markdown_table(rows: Sequence[EvalRow], confidence: float = CONFIDENCE) -> str:
     """Headline metrics per (trace, policy) as ``mean ± half-width`` of the interval."""
     head = ["trace", "policy", "seeds", *(label for _, label in TABLE_METRICS)]
-    lines = [f"Mean ± half-width of the {confidence:.0%} t-interval over seeds.", "",
-             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        cells = [fmt_ci(r.metrics[m]) for m, _ in TABLE_METRICS]
-        lines.append("| " + " | ".join([r.trace, r.policy, str(len(r.seeds)), *cells]) + " |")
-    return "\n".join(lines)
+    body = [[r.trace, r.policy, len(r.seeds), *(fmt_ci(r.metrics[m]) for m, _ in TABLE_METRICS)]
+            for r in rows]
+    return (f"Mean ± half-width of the {confidence:.0%} t-interval over seeds.\n\n"
+            + _markdown_table(head, body))
 
 
 def drift_frame(rows: Sequence[EvalRow]) -> pl.DataFrame:

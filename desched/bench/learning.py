@@ -135,8 +135,10 @@ def default_seeds(spec: str, role: Literal["train", "heldout"]) -> list[int]:
         return list(DEFAULT_TRAIN_SEEDS if role == "train" else DEFAULT_HELDOUT_SEEDS)
     n_train, n_held = len(DEFAULT_TRAIN_SEEDS), len(DEFAULT_HELDOUT_SEEDS)
     if count < n_train + n_held:
-        raise DeschedError(f"trace {spec!r}: {count} slices of {tspec.slice_tasks} tasks, "
-                           f"need {n_train + n_held} for the default split (lower slice_tasks)")
+        raise DeschedError(
+            f"trace {spec!r}: {count} slices of {tspec.slice_tasks} tasks, the default split "
+            f"needs {n_train + n_held} ({n_train} to train, {n_held} held out); give smaller "
+            f"slices ('{tspec.path}?slice_tasks=N'), or --train-seeds and --heldout-seeds")
     return list(range(n_train)) if role == "train" else list(range(count - n_held, count))
 
 

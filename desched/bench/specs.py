@@ -6,7 +6,7 @@ A *trace spec* names a workload and how a seed turns it into one trace:
   the trace ``generate(name, ..., seed=s)``, a fresh draw of the whole workload;
 - a trace file, Parquet or SWF (``trace.parquet``, ``log.swf.gz?slice_tasks=2000&load=0.9``):
   seed ``s`` is the ``s``-th *disjoint time slice* of ``slice_tasks`` consecutive tasks (in
-  submit order), shifted to start at 0; ``load``, when given, rescales the slice's submit
+  submit order; default ``min(2000, rows // 8)``, ``AUTO_SLICES``), shifted to start at 0; ``load``, when given, rescales the slice's submit
   times so that its offered load against the workers is ``load`` (durations are untouched).
   Slices do not overlap, so two seeds never share a task; they are not independent draws
   (neighbouring weeks of one machine are correlated), which the intervals do not model.
@@ -39,12 +39,18 @@ SCENARIO_DEFAULTS: dict[str, Any] = {"tasks": 2000, "load": 0.9}
 """Defaults of a scenario spec that names no size: small enough for sweeps of many seeds."""
 
 DEFAULT_SLICE_TASKS = 2000
+AUTO_SLICES = 8
+"""A file spec without ``slice_tasks`` is cut into slices of ``min(DEFAULT_SLICE_TASKS,
+rows // AUTO_SLICES)`` tasks (at least 1): a file of any size then has the 8 slices of the
+default tuning split (3 to train, 5 held out) and the 5 seeds of a default evaluation."""
 
 
 def _parse_spec(spec: str) -> tuple[str, dict[str, str]]:
     base, _, query = spec.strip().partition("?")
     if not base:
         raise DeschedError(f"{spec!r}: empty name")
+    if any("=" not in part for part in query.split("&") if query):
+        raise DeschedError(f"{spec!r}: expected NAME?KEY=VALUE&KEY=VALUE")
     pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=False) if query else []
     options: dict[str, str] = {}
     for key, value in pairs:
@@ -103,6 +109,9 @@ class TraceSpec:
         if not path.is_file():
             raise DeschedError(f"trace {spec!r}: neither a scenario ({', '.join(SCENARIOS)}) "
                                f"nor an existing file")
+        if "slice_tasks" not in options:
+            rows = _read_file(str(path)).height
+            slice_tasks = max(1, min(DEFAULT_SLICE_TASKS, rows // AUTO_SLICES))
         name = path.name.removesuffix(".gz").removesuffix(".swf").removesuffix(".parquet")
         return cls(spec, name, None, str(path), tasks, tenants, load, slice_tasks, seeds)
 
@@ -126,8 +135,7 @@ class TraceSpec:
         full = _read_file(self.path)
         count = full.height // self.slice_tasks
         if seed >= count:
-            raise DeschedError(f"trace {self.spec!r}: seed {seed} is past its last slice "
-                               f"({count} slices of {self.slice_tasks} tasks; seeds 0..{count - 1})")
+            raise DeschedError(past_last_slice(self, seed, count))
         part = full.slice(seed * self.slice_tasks, self.slice_tasks)
         t0 = float(part["submit_s"].to_numpy().min())
         part = part.with_columns(pl.col("submit_s") - t0)
@@ -138,6 +146,13 @@ class TraceSpec:
                 offered = part.height / span * mean_s / workers
                 part = part.with_columns(pl.col("submit_s") * (offered / self.load))
         return part
+
+
+def past_last_slice(tspec: TraceSpec, seed: int, count: int) -> str:
+    """The one-line error for a seed past the last slice of a file trace, naming the fixes."""
+    return (f"trace {tspec.spec!r}: seed {seed} is past its last slice ({count} slice(s) of "
+            f"{tspec.slice_tasks} task(s): seeds 0..{count - 1}); give fewer seeds (--seeds 0-"
+            f"{max(count - 1, 0)}) or smaller slices ('{tspec.path}?slice_tasks=N')")
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:

@@ -59,6 +59,7 @@ from desched.bench.weights import (
 from desched.errors import DeschedError
 from desched.policies import get_policy, learnable_params
 from desched.settings import DeschedSettings
+from desched.tables import table_lines
 
 
 def tune_optuna(
@@ -341,15 +342,15 @@ def verdict_markdown(card: WeightsCard) -> str:
          f"{len(card.split.heldout)} held-out traces never trained on; "
          f"{card.workers} workers. Training objective {card.train_objective:.4f}."),
         "",
-        (f"| held-out workload | candidate | J (today = 1) | Δ bsld % vs {ref_weights} | "
-         "Δ Jain | Δ max lag s | verdict |"),
-        "|---|---|---|---|---|---|---|",
     ]
     sections = {**card.heldout.by_workload, "all held-out": card.heldout.overall}
-    for workload, per in sections.items():
-        for label, s in per.items():
-            lines.append(f"| {workload} | {label} | {fmt_ci(s.J)} | {fmt_ci(s.d_bsld_pct)} "
-                         f"| {fmt_ci(s.d_jain)} | {fmt_ci(s.d_max_lag_s)} | {s.verdict} |")
+    lines += table_lines(
+        ["held-out workload", "candidate", "J (today = 1)", f"Δ bsld % vs {ref_weights}",
+         "Δ Jain", "Δ max lag s", "verdict"],
+        [[workload, label, fmt_ci(s.J), fmt_ci(s.d_bsld_pct), fmt_ci(s.d_jain),
+          fmt_ci(s.d_max_lag_s), s.verdict]
+         for workload, per in sections.items() for label, s in per.items()],
+    )
     lines += ["", ("Mean ± half-width of the 95 % t-interval over held-out seeds; Δ is paired "
                    f"(same trace) against {ref}.")]
     return "\n".join(lines) + "\n"
@@ -373,7 +374,8 @@ def save(folder: str | Path, card: WeightsCard, learned: LearnerResult) -> dict[
     today = "/".join(f"{v:g}" for v in card.reference.weights.values())
     paths["curve"] = plot_curve(learned.curve, f"{card.name}: {card.learner} learning curve",
                                 step_label(learned.learner), out / "learning-curve.png",
-                                reference=f"today's {today}".strip())
+                                reference=f"today's {today}".strip(),
+                                shipped=card.train_objective)
     return paths
 
 

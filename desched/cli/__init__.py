@@ -1,6 +1,7 @@
 """The ``desched`` command line. Subcommands load lazily so ``desched --help`` stays fast.
 
-Every command turns a ``DeschedError`` into one line on stderr and exit status 2.
+Every command turns a ``DeschedError`` or a usage error (a missing or bad option) into one
+line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -56,12 +57,27 @@ class LazyGroup(click.Group):
         except DeschedError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(2)
+        except click.UsageError as exc:  # a missing or bad option: one line, and where to look
+            where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+            click.echo(f"error: {exc.format_message()} (see '{where} --help')", err=True)
+            ctx.exit(2)
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "show_default": True},
+)
 @click.version_option(package_name="desched")
-def cli() -> None:
-    """desched: schedule multi-tenant document enrichment, and measure how fairly."""
+@click.option("-v", "--verbose", is_flag=True,
+              help="Show the INFO logs of Prefect and Great Expectations (quiet by default).")
+def cli(verbose: bool) -> None:
+    """desched: schedule multi-tenant document enrichment, and measure how fairly.
+
+    Every command prints its result on stdout and errors as one line on stderr.
+    """
+    from desched.cli.output import configure_logging
+
+    configure_logging(verbose)
 
 
 def main(argv: list[str] | None = None) -> None:

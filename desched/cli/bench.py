@@ -12,12 +12,14 @@ from pathlib import Path
 
 import click
 
+from desched.cli.output import echo_markdown
 from desched.errors import DeschedError
 
 
 def _split(values: tuple[str, ...]) -> list[str]:
-    """Repeatable, comma-separated option values, in order, blanks dropped."""
-    return [v.strip() for value in values for v in value.split(",") if v.strip()]
+    from desched.cli.grammar import split_specs
+
+    return split_specs(values)
 
 
 def _seeds(text: str | None) -> list[int] | None:
@@ -44,7 +46,7 @@ def _seeds(text: str | None) -> list[int] | None:
               help="Simulations run in parallel (processes).")
 @click.option("--baseline", default="ifs-memoryless", show_default=True,
               help="Policy spec that paired differences are taken against (if evaluated).")
-@click.option("--window-s", type=float, default=None,
+@click.option("--window-s", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Window length for drift metrics (default: submission span / 20; never "
                    "under the run's span / 1000, so at most 1,000 windows).")
 def evaluate(
@@ -62,7 +64,7 @@ def evaluate(
     settings = {"traces": trace_specs, "policies": policy_specs, "seeds": seeds,
                 "workers": workers, "baseline": baseline, "window_s": window_s}
     paths = ev.write_evaluation(out, settings, rows, results)
-    click.echo(ev.markdown_table(rows))
+    echo_markdown(ev.markdown_table(rows))
     click.echo(f"\n{len(cells)} simulations; wrote {paths['json']}, {paths['table']}, "
                f"{paths['drift']}")
 
@@ -102,7 +104,8 @@ def tune(
     seed: int, windows: int, fairness_weight: float, reference: str | None,
 ) -> None:
     """Learn the scorer's weights from traces by simulation; judge them on held-out traces;
-    write OUT/card.json (loadable with --param weights=OUT), card.md and the learning curve."""
+    write OUT/card.json (loadable as --policy 'POLICY?weights=OUT'), card.md and the learning
+    curve."""
     from pydantic import ValidationError
 
     from desched.bench.learning import Objective
@@ -126,5 +129,6 @@ def tune(
     card = run_tune(settings, out, command=command)
     from desched.bench.tuning import verdict_markdown
 
-    click.echo(verdict_markdown(card))
-    click.echo(f"wrote {out}/card.json (use --param weights={out}), card.md, learning-curve.png")
+    echo_markdown(verdict_markdown(card))
+    click.echo(f"wrote {out}/card.json (use --policy '{card.policy}?weights={out}'), card.md, "
+               "learning-curve.png")

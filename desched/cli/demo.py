@@ -11,10 +11,10 @@ import click
 @click.command()
 @click.option("--quick", is_flag=True,
               help="Small traces and few tuning steps: a first look in under 2 minutes.")
-@click.option("--out", default="data", show_default=True,
+@click.option("--out", default="data/demo", show_default=True,
               type=click.Path(file_okay=False, path_type=Path),
-              help="Data folder: the report goes to OUT/reports/RUN/, working files to "
-                   "OUT/demo/RUN/.")
+              help="Folder of demo runs: the report goes to OUT/RUN/ (report.md, report.json, "
+                   "plots), its working files to OUT/RUN/work/.")
 @click.option("--run", "run_name", default=None,
               help="Name of the run (default: UTC time and mode).")
 def demo(quick: bool, out: Path, run_name: str | None) -> None:

@@ -101,13 +101,15 @@ def _tenant_table(db: Path) -> list[tuple[str, int, int, float, float, float]]:
         ).fetchall()
     finally:
         con.close()
+    import numpy as np
+
     out = []
     for tenant in sorted({r[0] for r in rows}):
         waits = sorted(r[2] for r in rows if r[0] == tenant and r[2] is not None)
         n = sum(1 for r in rows if r[0] == tenant)
         done = sum(1 for r in rows if r[0] == tenant and r[1] == "done")
-        p99 = waits[min(len(waits) - 1, int(0.99 * len(waits)))] if waits else float("nan")
-        mean = sum(waits) / len(waits) if waits else float("nan")
+        p99 = float(np.percentile(waits, 99)) if waits else float("nan")
+        mean = float(np.mean(waits)) if waits else float("nan")
         out.append((tenant, n, done, mean, p99, waits[-1] if waits else float("nan")))
     return out
 

@@ -20,7 +20,8 @@ REGISTRY_OPTION = click.option(
 
 
 @click.command()
-@click.option("--db", type=click.Path(path_type=Path), help="DuckDB warehouse (table completions).")
+@click.option("--warehouse", "db", type=click.Path(path_type=Path),
+              help="DuckDB warehouse of ingested logs (its completions table).")
 @click.option(
     "--trace",
     type=click.Path(path_type=Path),
@@ -50,7 +51,7 @@ def train(db: Path | None, trace: Path | None, registry: Path, max_rounds: int, 
     elif trace is not None and db is None:
         frame = load_trace_or_swf(trace)
     else:
-        raise DeschedError("give exactly one of --db PATH or --trace TRACE.parquet")
+        raise DeschedError("give exactly one of --warehouse FILE.duckdb or --trace TRACE.parquet")
     result = fit(frame, TrainSettings(max_rounds=max_rounds, seed=seed), source=str(db or trace))
     card = register(registry, result)
     m = card.metrics
@@ -82,11 +83,12 @@ def predict(registry: Path, trace: Path, out: Path) -> None:
     import numpy as np
     import polars as pl
 
+    from desched.cli.grammar import existing_folder
     from desched.models.duration import Predictor
     from desched.trace import read_trace, write_trace
 
-    predictor = Predictor.load(registry)
-    frame = read_trace(trace)
+    frame = read_trace(trace)  # refuse a bad or empty trace before loading the model
+    predictor = Predictor.load(existing_folder(registry, "--registry"))
     predicted = predictor.predict_batch(frame.drop("predicted_s", strict=False))
     # A duration is positive: guard the schema against a model that extrapolates below zero.
     predicted = np.maximum(predicted, 1e-6)
@@ -100,31 +102,33 @@ def predict(registry: Path, trace: Path, out: Path) -> None:
 def models(registry: Path, as_json: bool) -> None:
     """List the registry's versions (duration or memory models), the champion, and their
     held-out error beside the best baseline's."""
+    from desched.cli.grammar import existing_folder
     from desched.models.registry import Registry
 
-    rows = Registry(registry).listing()
+    rows = Registry(existing_folder(registry, "--registry")).listing()
     if as_json:
         click.echo(json.dumps([r.model_dump(mode="json") for r in rows], indent=2))
         return
     if not rows:
-        click.echo(f"{registry}: no model versions")
+        click.echo(f"{registry}: no model versions (an empty registry)")
         return
-    click.echo(
-        f"{'version':8} {'':2} {'verdict':9} {'objective':9} {'MAE':>10} {'':3} {'MdAPE %':>8} "
-        f"{'Spearman':>8}  best baseline (MAE)"
-    )
+    from desched.cli.output import echo_markdown
+    from desched.tables import markdown_table
+
+    body = []
     for r in rows:
         if r.mae is None:
-            click.echo(f"{r.version:8}    {r.verdict}")
+            body.append([r.version, "", r.verdict, "", "", "", "", ""])
             continue
-        mark = "*" if r.champion else ""
-        mdape = "n/a" if r.mdape_pct is None else f"{r.mdape_pct:.1f}"
-        click.echo(
-            f"{r.version:8} {mark:2} {r.verdict:9} {r.objective or '':9} "
-            f"{r.mae:>10.3f} {r.unit or '':3} {mdape:>8} {_fmt(r.spearman):>8}  "
-            f"{r.best_baseline} ({_fmt(r.best_baseline_mae)} {r.unit})"
-        )
-    click.echo("* champion")
+        body.append([
+            r.version, "yes" if r.champion else "", r.verdict, r.objective or "",
+            f"{r.mae:.3f} {r.unit or ''}".strip(),
+            "n/a" if r.mdape_pct is None else f"{r.mdape_pct:.1f}", _fmt(r.spearman),
+            f"{r.best_baseline} ({_fmt(r.best_baseline_mae)} {r.unit})",
+        ])
+    echo_markdown(markdown_table(
+        ["version", "champion", "verdict", "objective", "MAE", "MdAPE %", "Spearman",
+         "best baseline (MAE)"], body, "lllllrrl"))
 
 
 def _fmt(value: float | None) -> str:

@@ -14,10 +14,12 @@ from desched.warehouse.schema import DEFAULT_DB
 @click.command("ingest")
 @click.option(
     "--logs", "logs_dir", required=True, type=click.Path(path_type=Path),
-    help="Folder of decision/completion logs (*log*.parquet, *log*.jsonl), read recursively.",
+    help="Folder of decision/completion logs, read recursively: every *log*.parquet and "
+    "*log*.jsonl, and any other .parquet/.jsonl that is a log by its content; every other "
+    "file is named as skipped.",
 )
 @click.option(
-    "--db", "db_path", default=str(DEFAULT_DB), show_default=True,
+    "--warehouse", "db_path", default=str(DEFAULT_DB), show_default=True,
     type=click.Path(path_type=Path, dir_okay=False), help="DuckDB warehouse (created if absent).",
 )
 @click.option(
@@ -34,13 +36,19 @@ def ingest(logs_dir: Path, db_path: Path, task_types: str | None, gx_every_row: 
     """Load new and grown log files into the warehouse; quarantine rows that break a rule.
 
     Runs the ingest-logs Prefect flow once. Re-running it on the same files adds nothing.
-    Prints one line: files read, rows loaded, rows quarantined by rule.
+    Prints one line: files read, rows loaded, rows quarantined by rule; then one line per
+    file it skipped as not a log, with the reason.
     """
     if not logs_dir.is_dir():
         raise DeschedError(f"logs folder {logs_dir} does not exist or is not a folder")
     if db_path.is_dir():
-        raise DeschedError(f"--db {db_path} is a folder; give the warehouse file's path")
+        raise DeschedError(f"--warehouse {db_path} is a folder; give the warehouse file's path")
     from desched.flows.ingest import ingest_logs
 
     summary = ingest_logs(str(logs_dir), str(db_path), task_types, gx_every_row)
+    if summary.files_seen == 0:
+        click.echo(f"{logs_dir}: no files, nothing to load")
+        return
     click.echo(summary.line())
+    for line in summary.skipped_lines(str(logs_dir)):
+        click.echo(f"  {line}")

@@ -8,12 +8,14 @@ from typing import Any
 
 import click
 
-from desched.cli.sim import parse_param_args
+from desched.cli.grammar import POLICY_SPEC_HELP, policy_spec
 from desched.errors import DeschedError
 
 DB_HELP = (
-    "state database: a SQLite path or a postgresql:// URL [default: $DESCHED_DB or data/desched.db]"
+    "the service's state store: a SQLite path or a postgresql:// URL (--db is its older "
+    "name) [default: $DESCHED_DB or data/desched.db]"
 )
+STORE_OPTION = click.option("--store", "--db", "db", default=None, help=DB_HELP)
 
 
 def _settings(**overrides: Any) -> Any:
@@ -30,29 +32,28 @@ def _settings(**overrides: Any) -> Any:
 
 
 @click.command()
-@click.option("--db", default=None, help=DB_HELP)
+@STORE_OPTION
 @click.option("--host", default=None, help="address to bind [default: 127.0.0.1]")
-@click.option("--port", default=None, type=int, help="port to bind [default: 8000]")
+@click.option("--port", default=None, type=click.IntRange(1, 65535),
+              help="port to bind [default: 8000]")
 @click.option(
     "--policy",
     default=None,
-    help="policy to run, recorded as the live policy [default: the recorded one]",
+    metavar="SPEC",
+    help=f"policy to run, recorded as the live policy: {POLICY_SPEC_HELP} "
+    "[default: the recorded one]",
 )
+@click.option("--lease-s", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="lease period, seconds [default: 30]")
 @click.option(
-    "--param",
-    "params",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="a parameter of --policy (repeatable)",
+    "--logs", "log_dir", default=None,
+    help="decision-log folder, the one `desched ingest --logs` reads [default: data/logs]",
 )
-@click.option("--lease-s", default=None, type=float, help="lease period, seconds [default: 30]")
-@click.option("--log-dir", default=None, help="decision-log folder [default: data/logs]")
 def serve(
     db: str | None,
     host: str | None,
     port: int | None,
     policy: str | None,
-    params: tuple[str, ...],
     lease_s: float | None,
     log_dir: str | None,
 ) -> None:
@@ -64,14 +65,13 @@ def serve(
 
     Every setting also reads DESCHED_<NAME> (DESCHED_DB, DESCHED_LEASE_S, ...).
     """
-    if params and policy is None:
-        raise DeschedError("--param needs --policy")
+    name, params = policy_spec(policy) if policy is not None else (None, None)
     settings = _settings(
         db=db,
         host=host,
         port=port,
-        policy=policy,
-        policy_params=parse_param_args(params) if params else None,
+        policy=name,
+        policy_params=params or None,
         lease_s=lease_s,
         log_dir=log_dir,
     )
@@ -231,7 +231,7 @@ def tenants() -> None:
 @tenants.command("add")
 @click.argument("name")
 @click.option("--expires", default=None, help=EXPIRES_HELP)
-@click.option("--db", default=None, help=DB_HELP)
+@STORE_OPTION
 def tenants_add(name: str, expires: str | None, db: str | None) -> None:
     """Register tenant NAME and print its token (shown once; stored as a SHA-256 hash). A
     tenant whose token was revoked gets a new one."""
@@ -240,7 +240,7 @@ def tenants_add(name: str, expires: str | None, db: str | None) -> None:
 
 @tenants.command("revoke")
 @click.argument("name")
-@click.option("--db", default=None, help=DB_HELP)
+@STORE_OPTION
 def tenants_revoke(name: str, db: str | None) -> None:
     """Revoke tenant NAME's token: 401 from now on. With a service running, returns once the
     service has confirmed."""
@@ -248,7 +248,7 @@ def tenants_revoke(name: str, db: str | None) -> None:
 
 
 @tenants.command("list")
-@click.option("--db", default=None, help=DB_HELP)
+@STORE_OPTION
 def tenants_list(db: str | None) -> None:
     """Every tenant with its token's state (active, expires, expired, revoked)."""
     _list("tenant", db)
@@ -360,7 +360,7 @@ def workers() -> None:
 @workers.command("add")
 @click.argument("name")
 @click.option("--expires", default=None, help=EXPIRES_HELP)
-@click.option("--db", default=None, help=DB_HELP)
+@STORE_OPTION
 def workers_add(name: str, expires: str | None, db: str | None) -> None:
     """Register worker NAME and print its token (shown once; stored as a SHA-256 hash). A
     worker whose token was revoked gets a new one."""
@@ -369,7 +369,7 @@ def workers_add(name: str, expires: str | None, db: str | None) -> None:
 
 @workers.command("revoke")
 @click.argument("name")
-@click.option("--db", default=None, help=DB_HELP)
+@STORE_OPTION
 def workers_revoke(name: str, db: str | None) -> None:
     """Revoke worker NAME's token: 401 from now on. With a service running, returns once the
     service has confirmed."""
@@ -377,7 +377,7 @@ def workers_revoke(name: str, db: str | None) -> None:
 
 
 @workers.command("list")
-@click.option("--db", default=None, help=DB_HELP)
+@STORE_OPTION
 def workers_list(db: str | None) -> None:
     """Every worker with its token's state (active, expires, expired, revoked)."""
     _list("worker", db)
@@ -389,20 +389,14 @@ def policy() -> None:
 
 
 @policy.command("set")
-@click.argument("name")
-@click.option(
-    "--param",
-    "params",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="a parameter of the policy (repeatable)",
-)
-@click.option("--db", default=None, help=DB_HELP)
-def policy_set(name: str, params: tuple[str, ...], db: str | None) -> None:
-    """Switch the live policy to NAME; a running service picks it up within one sweep."""
+@click.argument("spec", metavar="SPEC")
+@STORE_OPTION
+def policy_set(spec: str, db: str | None) -> None:
+    """Switch the live policy to SPEC, NAME or 'NAME?KEY=VALUE&KEY=VALUE'; a running service
+    picks it up within one sweep."""
     from desched.policies import parse_params
 
-    raw = parse_param_args(params)
+    name, raw = policy_spec(spec, "policy set")
     parsed = parse_params(name, raw)
     store = _store(db)
     try:

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from desched.cli.grammar import POLICY_SPEC_HELP, policy_spec, split_specs
+from desched.cli.output import echo_markdown
 from desched.errors import DeschedError
 
 if TYPE_CHECKING:
@@ -21,21 +23,11 @@ TRACE_OPTION = click.option("--trace", "trace_path", required=True,
                             type=click.Path(path_type=Path), help="Trace Parquet file.")
 WORKERS_OPTION = click.option("--workers", required=True, type=click.IntRange(min=1),
                               help="Number of workers.")
-WINDOW_OPTION = click.option("--window-s", type=float, default=None,
+WINDOW_OPTION = click.option("--window-s", type=click.FloatRange(min=0, min_open=True),
+                             default=None,
                              help="Window length for drift metrics (default: submission span / "
                                   "20; never under the run's span / 1000, so at most 1,000 "
                                   "windows).")
-
-
-def parse_param_args(values: tuple[str, ...]) -> dict[str, str]:
-    """``("w_wait=0.8", ...)`` -> ``{"w_wait": "0.8"}``; a malformed one is a one-line error."""
-    out: dict[str, str] = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise DeschedError(f"--param {item!r}: expected KEY=VALUE")
-        out[key.strip()] = value.strip()
-    return out
 
 
 def _progress(total: int, desc: str) -> Any:
@@ -89,10 +81,11 @@ def run_policy(
 
 @click.command()
 @click.argument("name")
-@click.option("--out", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Trace Parquet file to write.")
+@click.option("--out", "out", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help="Trace Parquet file to write (required unless NAME is list).")
 @click.option("--seed", default=0, show_default=True, help="Random seed of the generator.")
-@click.option("--tasks", default=20_000, show_default=True, help="Number of tasks.")
+@click.option("--tasks", default=20_000, show_default=True, type=click.IntRange(min=1),
+              help="Number of tasks.")
 @click.option("--tenants", type=int, default=None,
               help="Number of tenants (default: the scenario's own).")
 @click.option("--load", default=0.85, show_default=True,
@@ -103,10 +96,10 @@ def run_policy(
               help="Add predicted_s = duration_s x lognormal(0, SIGMA): a stand-in for a "
                    "model with a controlled error.")
 def scenario(
-    name: str, out: Path, seed: int, tasks: int, tenants: int | None, load: float, workers: int,
+    name: str, out: Path | None, seed: int, tasks: int, tenants: int | None, load: float, workers: int,
     predicted_noise: float | None,
 ) -> None:
-    """Generate the synthetic workload NAME (see `desched scenario list`) as a trace."""
+    """Generate the synthetic workload NAME as a trace; `desched scenario list` lists them."""
     from desched.trace import write_trace
     from desched.workloads import SCENARIOS, generate
 
@@ -114,6 +107,11 @@ def scenario(
         for key, value in SCENARIOS.items():
             click.echo(f"{key:14s} {value.description}")
         return
+    if name not in SCENARIOS:
+        raise DeschedError(f"unknown scenario {name!r} (scenarios: {', '.join(SCENARIOS)}; "
+                           "`desched scenario list` describes them)")
+    if out is None:
+        raise DeschedError(f"scenario {name}: give --out FILE.parquet, the trace to write")
     kwargs: dict[str, Any] = {"tasks": tasks, "load": load, "workers": workers, "seed": seed,
                               "predicted_noise": predicted_noise}
     if tenants is not None:
@@ -151,9 +149,7 @@ def import_swf(log: Path, out: Path, rejected: Path | None) -> None:
 
 @click.command()
 @TRACE_OPTION
-@click.option("--policy", required=True, help="Policy name (see `desched policies`).")
-@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
-              help="Policy parameter; repeatable.")
+@click.option("--policy", required=True, metavar="SPEC", help=f"Policy: {POLICY_SPEC_HELP}.")
 @WORKERS_OPTION
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Run folder to write.")
@@ -164,16 +160,23 @@ def import_swf(log: Path, out: Path, rejected: Path | None) -> None:
               help="Tenant controls (TOML, JSON or CSV: tenant, weight, cap, rate, burst); "
                    "a trace column 'priority' sets priority levels (README, tenant controls).")
 def simulate(
-    trace_path: Path, policy: str, params: tuple[str, ...], workers: int, out: Path, seed: int,
-    window_s: float | None, tenants_file: Path | None,
+    trace_path: Path, policy: str, workers: int, out: Path, seed: int, window_s: float | None,
+    tenants_file: Path | None,
 ) -> None:
-    """Simulate a policy over a trace; write tasks, decisions, decision log and summary."""
+    """Simulate a policy over a trace; write tasks, decisions, decision log and summary.
+
+    \b
+    Example:
+      desched simulate --trace T.parquet --policy 'ifs-memoryless?w_wait=0.8' \\
+        --workers 8 --out data/runs/r1
+    """
     from desched.controls import Controls
     from desched.trace import read_trace
 
     controls = None if tenants_file is None else Controls.read(tenants_file)
-    summary = run_policy(read_trace(trace_path), policy, parse_param_args(params), workers, out,
-                         seed, window_s, controls)
+    name, params = policy_spec(policy)
+    summary = run_policy(read_trace(trace_path), name, params, workers, out, seed, window_s,
+                         controls)
     click.echo(
         f"{out}: {summary.tasks} tasks, mean wait {summary.mean_wait_s:.1f} s, "
         f"p99 response {summary.p99_response_s:.1f} s, Jain {summary.jain_slowdown:.3f}, "
@@ -201,18 +204,23 @@ def _fmt(x: float) -> str:
 
 def format_table(summaries: dict[str, RunSummary], tenants: list[str]) -> str:
     """A markdown table of the headline metrics, then mean wait of the given tenants."""
-    head = ["policy", *(label for _, label in TABLE_COLUMNS)]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name, s in summaries.items():
-        lines.append("| " + " | ".join([name, *(_fmt(getattr(s, k)) for k, _ in TABLE_COLUMNS)])
-                     + " |")
+    from desched.tables import table_lines
+
+    numeric = "r" * len(TABLE_COLUMNS)
+    lines = table_lines(
+        ["policy", *(label for _, label in TABLE_COLUMNS)],
+        [[name, *(_fmt(getattr(s, k)) for k, _ in TABLE_COLUMNS)]
+         for name, s in summaries.items()],
+        "l" + numeric,
+    )
     if tenants:
         lines += ["", "mean wait (s) per tenant:", ""]
-        head = ["tenant", *summaries]
-        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for t in tenants:
-            cells = [_fmt(s.tenants()[t].mean_wait_s) for s in summaries.values()]
-            lines.append("| " + " | ".join([t, *cells]) + " |")
+        lines += table_lines(
+            ["tenant", *summaries],
+            [[t, *(_fmt(s.tenants()[t].mean_wait_s) for s in summaries.values())]
+             for t in tenants],
+            "l" + "r" * len(summaries),
+        )
     return "\n".join(lines)
 
 
@@ -261,50 +269,49 @@ def plot_wait_over_time(run_dirs: dict[str, Path], tenants: list[str], out: Path
 
 @click.command()
 @TRACE_OPTION
-@click.option("--policies", required=True, help="Comma-separated policy names.")
-@click.option("--param", "params", multiple=True, metavar="POLICY.KEY=VALUE",
-              help="Parameter of one policy, e.g. ifs-counter.half_life_s=600; repeatable.")
+@click.option("--policies", multiple=True, required=True, metavar="SPECS",
+              help=f"Policies, comma-separated or repeated; each {POLICY_SPEC_HELP}, e.g. "
+                   "'fifo,ifs-counter?half_life_s=600'.")
 @WORKERS_OPTION
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder for one run folder per policy, compare.json and the plot.")
 @click.option("--seed", default=0, show_default=True, help="Seed recorded with the runs.")
 @WINDOW_OPTION
-@click.option("--tenants", "n_tenants", default=5, show_default=True,
+@click.option("--tenants", "n_tenants", default=5, show_default=True, type=click.IntRange(min=0),
               help="Tenants shown by name in the table and plot (largest first).")
 def compare(
-    trace_path: Path, policies: str, params: tuple[str, ...], workers: int, out: Path,
+    trace_path: Path, policies: tuple[str, ...], workers: int, out: Path,
     seed: int, window_s: float | None, n_tenants: int,
 ) -> None:
-    """Run several policies on one trace; print a table, write compare.json and a plot."""
-    from desched.policies import parse_params
+    """Run several policies on one trace; print a table, write compare.json and a plot.
+
+    Each policy's run folder is OUT/<its spec, with ? and & as _>.
+    """
+    import re
+
     from desched.trace import read_trace
 
-    names = [p.strip() for p in policies.split(",") if p.strip()]
-    if not names:
+    specs = list(dict.fromkeys(split_specs(policies)))
+    if not specs:
         raise DeschedError("--policies: no policy named")
-    per_policy: dict[str, dict[str, str]] = {n: {} for n in names}
-    for key, value in parse_param_args(params).items():
-        policy, dot, param = key.rpartition(".")
-        if not dot or policy not in per_policy:
-            raise DeschedError(f"--param {key}={value}: expected POLICY.KEY=VALUE for a policy "
-                               f"in --policies")
-        per_policy[policy][param] = value
-    for n in names:  # refuse bad names and parameters before running anything
-        parse_params(n, per_policy[n])
+    # refuse bad names and parameters before running anything
+    parsed = {spec: policy_spec(spec, "--policies") for spec in specs}
     trace = read_trace(trace_path)
     summaries: dict[str, RunSummary] = {}
     run_dirs: dict[str, Path] = {}
-    for n in names:
-        run_dirs[n] = out / n
-        summaries[n] = run_policy(trace, n, per_policy[n], workers, run_dirs[n], seed, window_s)
+    for spec, (name, params) in parsed.items():
+        run_dirs[spec] = out / re.sub(r"[^A-Za-z0-9._=+-]+", "_", spec)
+        summaries[spec] = run_policy(trace, name, params, workers, run_dirs[spec], seed,
+                                     window_s)
     tenants = top_tenants(next(iter(summaries.values())), n_tenants)
     table = format_table(summaries, tenants)
     plot = plot_wait_over_time(run_dirs, tenants, out / "wait-over-time.png")
     (out / "compare.json").write_text(json.dumps(
         {"trace": str(trace_path), "workers": workers,
          "policies": {n: s.model_dump() for n, s in summaries.items()},
+         "run_dirs": {n: d.name for n, d in run_dirs.items()},
          "plot": plot.name}, indent=2) + "\n")
-    click.echo(table)
+    echo_markdown(table)
     click.echo(f"\nwrote {out / 'compare.json'} and {plot}")
 
 

@@ -20,6 +20,7 @@ from desched.enrich.documents import DEFAULT_SROIE, load_sroie
 from desched.enrich.embedding import ModelChoice, load_embedder
 from desched.enrich.extract import extract_fields, score
 from desched.enrich.memory import PeakMemory
+from desched.tables import table_lines
 
 
 def evaluate(
@@ -99,11 +100,10 @@ def markdown(res: dict[str, Any]) -> str:
     lines = [
         f"receipts: {res['receipts']}",
         "",
-        "| field | exact match after normalisation |",
-        "|---|---|",
-        *(
-            f"| {k} | {acc[k]:.1%} ({round(acc[k] * res['receipts'])}/{res['receipts']}) |"
-            for k in ("company", "date", "total")
+        *table_lines(
+            ["field", "exact match after normalisation"],
+            [[k, f"{acc[k]:.1%} ({round(acc[k] * res['receipts'])}/{res['receipts']})"]
+             for k in ("company", "date", "total")],
         ),
         "",
         f"extraction (rules): {res['extract_ms_per_doc']:.3f} ms per receipt",

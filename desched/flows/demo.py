@@ -24,9 +24,9 @@ STEPS = ("workloads", "simulate", "ingest", "train", "tune", "evaluate", "report
 
 
 @flow(name="demo", log_prints=True)
-def demo(quick: bool = False, out: str = "data", run: str | None = None) -> dict[str, Any]:
-    """Run the research bench and write ``<out>/reports/<run>/`` (report.md, report.json,
-    PNGs); working files go under ``<out>/demo/<run>/``. Returns the report's folder, its
+def demo(quick: bool = False, out: str = "data/demo", run: str | None = None) -> dict[str, Any]:
+    """Run the research bench and write ``<out>/<run>/`` (report.md, report.json,
+    PNGs); working files go under ``<out>/<run>/work/``. Returns the report's folder, its
     JSON and the time per step."""
     from desched.flows.ingest import ingest_logs
     from desched.tasks.retrain import publish_report as publish_model
@@ -42,8 +42,8 @@ def demo(quick: bool = False, out: str = "data", run: str | None = None) -> dict
     settings = DemoSettings.of(mode)
     run = run or f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{mode}"
     root = Path(out)
-    work = root / "demo" / run
-    report_dir = root / "reports" / run
+    report_dir = root / run
+    work = report_dir / "work"
     dirs = {k: work / k for k in ("traces", "logs", "runs", "models", "weights", "heldout")}
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,7 @@ from desched.enrich.documents import DEFAULT_SROIE
 from desched.enrich.embedding import ModelChoice
 from desched.enrich.memory import available_mb
 from desched.errors import DeschedError
+from desched.tables import markdown_table
 from desched.tasks.enrich import (
     enrich_batch,
     load_enricher,
@@ -144,7 +145,7 @@ def enrichment_worker(
     }
     create_markdown_artifact(
         key="enrichment-worker",
-        markdown="\n".join(["| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in summary.items())]),
+        markdown=markdown_table(["", ""], summary.items()),
         description=f"enrichment worker {ident}",
     )
     return summary

@@ -121,13 +121,16 @@ class Split:
     test: slice
 
     @classmethod
-    def of(cls, n: int, valid_frac: float, test_frac: float) -> Split:
+    def of(cls, n: int, valid_frac: float, test_frac: float, source: str = "trace") -> Split:
         n_test = max(1, round(n * test_frac))
         n_valid = max(1, round(n * valid_frac))
         n_train = n - n_valid - n_test
         if n_train < 20:
+            need = next(m for m in range(20, 10**9) if m - max(1, round(m * valid_frac))
+                        - max(1, round(m * test_frac)) >= 20)
             raise DeschedError(
-                f"too few tasks to train: {n} rows leave {n_train} for training (need >= 20)"
+                f"{source}: {n} tasks, too few to train: need at least {need} (20 to train, "
+                "the rest to validate and test)"
             )
         return cls(
             slice(0, n_train), slice(n_train, n_train + n_valid), slice(n_train + n_valid, n)
@@ -270,7 +273,7 @@ def train(
     settings = settings or TrainSettings()
     started = time.perf_counter()
     data = prepare(frame, source)
-    split = Split.of(data.height, settings.valid_frac, settings.test_frac)
+    split = Split.of(data.height, settings.valid_frac, settings.test_frac, source)
     train_rows, valid_rows, test_rows = data[split.train], data[split.valid], data[split.test]
     spec = FeatureSpec.fit(train_rows)
     x_train, x_valid, x_test = (

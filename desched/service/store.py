@@ -387,7 +387,7 @@ def parse_db(url: str) -> tuple[Dialect, str]:
     if url.startswith("sqlite:///"):
         return Dialect.SQLITE, url[len("sqlite:///") :]
     if "://" in url:
-        raise DeschedError(f"--db {url!r}: expected a SQLite path or a postgresql:// URL")
+        raise DeschedError(f"--store {url!r}: expected a SQLite path or a postgresql:// URL")
     return Dialect.SQLITE, url
 
 

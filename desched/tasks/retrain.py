@@ -19,6 +19,7 @@ from desched.models import promotion, training
 from desched.models.cards import DurationCard
 from desched.models.registry import file_sha256
 from desched.models.training import TrainResult, TrainSettings
+from desched.tables import table_lines
 
 
 def _content_key(context: TaskRunContext, parameters: dict[str, Any]) -> str | None:
@@ -75,18 +76,21 @@ def report_markdown(card: DurationCard) -> str:
             f"(fingerprint `{window.heldout_fingerprint}`)."
         ),
         "",
-        "| predictor | MAE (s) | MdAPE (%) | Spearman |",
-        "|---|---:|---:|---:|",
     ]
     m = card.metrics
-    lines.append(f"| **model** | {fmt(m.mae_s)} | {fmt(m.mdape_pct, 1)} | {fmt(m.spearman)} |")
-    for name, b in card.baselines.items():
-        lines.append(f"| {name} | {fmt(b.mae_s)} | {fmt(b.mdape_pct, 1)} | {fmt(b.spearman)} |")
-    lines += ["", "| objective | valid MAE (s) | test MAE (s) | trees |", "|---|---:|---:|---:|"]
-    for name, o in card.objectives_compared.items():
-        lines.append(
-            f"| {name} | {fmt(o.valid_mae_s)} | {fmt(o.test_mae_s)} | {int(o.trees)} |"
-        )
+    lines += table_lines(
+        ["predictor", "MAE (s)", "MdAPE (%)", "Spearman"],
+        [["**model**", fmt(m.mae_s), fmt(m.mdape_pct, 1), fmt(m.spearman)]]
+        + [[name, fmt(b.mae_s), fmt(b.mdape_pct, 1), fmt(b.spearman)]
+           for name, b in card.baselines.items()],
+        "lrrr",
+    )
+    lines += ["", *table_lines(
+        ["objective", "valid MAE (s)", "test MAE (s)", "trees"],
+        [[name, fmt(o.valid_mae_s), fmt(o.test_mae_s), int(o.trees)]
+         for name, o in card.objectives_compared.items()],
+        "lrrr",
+    )]
     q = card.quantile_metrics
     if q:
         lines += [

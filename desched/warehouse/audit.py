@@ -20,7 +20,9 @@ great_expectations is imported inside ``build_suite`` and ``GxAuditor``.
 from __future__ import annotations
 
 import functools
+import logging
 import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,10 +34,13 @@ from desched.warehouse.ledger import FileReport
 from desched.warehouse.rules import (
     COMMON_COLUMNS,
     COMPLETION_REQUIRED,
+    COMPLETION_STATUSES,
     DECISION_REQUIRED,
+    FINITE_COLUMNS,
     GX_COLUMNS,
     KEY_COLUMNS,
     LOG_KINDS,
+    NON_NEGATIVE_COLUMNS,
     ROW_RULES,
     Rule,
     TaskTypes,
@@ -73,12 +78,25 @@ def build_suite(task_types: TaskTypes) -> Any:
         *[gxe.ExpectColumnValuesToNotBeNull(column=c, meta=tag(Rule.MISSING_VALUE),
                                             **of("completion"))
           for c in COMPLETION_REQUIRED],
+        *[gxe.ExpectColumnValuesToBeBetween(
+            column=c, min_value=-sys.float_info.max, max_value=sys.float_info.max,
+            meta=tag(Rule.NON_FINITE_VALUE))
+          for c in FINITE_COLUMNS],
         gxe.ExpectColumnValuesToBeBetween(
             column="duration_s", min_value=0, strict_min=True,
             meta=tag(Rule.NON_POSITIVE_DURATION), **of("completion"),
         ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="wait_s", min_value=0, meta=tag(Rule.NEGATIVE_WAIT), **of("decision"),
+        ),
+        *[gxe.ExpectColumnValuesToBeBetween(column=c, min_value=0, meta=tag(Rule.NEGATIVE_AMOUNT))
+          for c in NON_NEGATIVE_COLUMNS],
         gxe.ExpectColumnValuesToMatchRegex(
             column="task_type", regex=task_types.regex, meta=tag(Rule.UNKNOWN_TASK_TYPE),
+            **of("completion"),
+        ),
+        gxe.ExpectColumnValuesToBeInSet(
+            column="status", value_set=list(COMPLETION_STATUSES), meta=tag(Rule.UNKNOWN_STATUS),
             **of("completion"),
         ),
         gxe.ExpectColumnPairValuesAToBeGreaterThanB(
@@ -87,13 +105,22 @@ def build_suite(task_types: TaskTypes) -> Any:
         ),
         gxe.ExpectColumnPairValuesAToBeGreaterThanB(
             column_A="start_s", column_B="submit_s", or_equal=True,
-            ignore_row_if="either_value_is_missing", meta=tag(Rule.TIME_OUT_OF_ORDER),
+            ignore_row_if="either_value_is_missing", meta=tag(Rule.START_BEFORE_SUBMIT),
             **of("completion"),
         ),
         gxe.ExpectColumnPairValuesAToBeGreaterThanB(
             column_A="t", column_B="start_s", or_equal=True,
-            ignore_row_if="either_value_is_missing", meta=tag(Rule.TIME_OUT_OF_ORDER),
+            ignore_row_if="either_value_is_missing", meta=tag(Rule.END_BEFORE_START),
             **of("completion"),
+        ),
+        gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+            column_A="t", column_B="earliest_end_s", or_equal=True,
+            ignore_row_if="either_value_is_missing", meta=tag(Rule.END_AFTER_CLOCK),
+            **of("completion"),
+        ),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="task_decided_before", min_value=1,
+            meta=tag(Rule.COMPLETION_WITHOUT_DECISION), **of("completion"),
         ),
         gxe.ExpectColumnValuesToBeBetween(
             column="seq_seen_before", max_value=0, meta=tag(Rule.DUPLICATE_ID)
@@ -136,6 +163,10 @@ class GxAuditor:
         os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
         import great_expectations as gx
         from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        # GX pins this module's logger at INFO ("Created temporary directory ..."): let it
+        # follow the "great_expectations" logger, which the CLI sets (INFO only with -v)
+        logging.getLogger("great_expectations.data_context.types.base").setLevel(logging.NOTSET)
 
         self.context = gx.get_context(mode="ephemeral")
         self.context.variables.progress_bars = ProgressBarsConfig(globally=False)

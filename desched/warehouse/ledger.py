@@ -10,11 +10,21 @@ complete line read before; a partial last line waits for the next run. A JSON-li
 shrank, or whose first bytes changed, is ``truncated_file``: reported and quarantined whole,
 keeping the rows read before; it is read again once it grows back past its offset with the
 same head.
+
+Nothing is skipped silently. Every file under the logs folder is either read as a log or
+named with the reason it was skipped (``survey``): a file whose name matches a pattern of
+``IngestSettings.patterns`` is a log; any other ``.parquet`` file with a ``kind`` column, or
+``.jsonl``/``.ndjson`` file whose first line is a record with a ``kind``, is a log by its
+content (``decisions-1.parquet``, ``run-2.jsonl``); every other file is skipped, reported with
+its reason (a simulator's ``tasks.parquet`` and ``decisions.parquet`` have no ``kind``; a
+``summary.json`` is not a log format).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,6 +49,10 @@ class LogFormat(StrEnum):
     PARQUET = "parquet"
     JSONL = "jsonl"
 
+    @classmethod
+    def from_path(cls, path: Path) -> LogFormat:
+        return cls.PARQUET if path.suffix.lower() == ".parquet" else cls.JSONL
+
 
 class Action(StrEnum):
     """What a run does with a file that changed since the last run."""
@@ -48,6 +62,8 @@ class Action(StrEnum):
     REPLACED = "replaced"
     TRUNCATED = "truncated"
     TOUCHED = "touched"
+    SKIPPED = "skipped"
+    """Not a log (``survey``): reported with its reason, never read."""
 
 
 @dataclass(frozen=True)
@@ -138,18 +154,64 @@ def save_state(con: duckdb.DuckDBPyConnection, state: FileState) -> None:
     ).fetchall()
 
 
-def find_logs(logs_dir: str | Path, patterns: Sequence[str]) -> list[Path]:
-    """Log files under ``logs_dir`` (recursively) matching a pattern, hidden ones excluded."""
+LOG_SUFFIXES = (".parquet", ".jsonl", ".ndjson")
+
+
+def _not_a_log(path: Path) -> str | None:
+    """Why ``path``, whose name matches no log pattern, is not a log by its content (None: it
+    is one)."""
+    suffix = path.suffix.lower()
+    if suffix not in LOG_SUFFIXES:
+        return f"not a log format ({suffix or 'no suffix'}; logs are .parquet or .jsonl)"
+    if suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            names = pq.read_schema(path).names
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            return f"not a readable Parquet file ({type(exc).__name__})"
+        if "kind" in names:
+            return None
+        shown = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
+        return f"a Parquet table without a 'kind' column, not a decision log (columns: {shown})"
+    with path.open("rb") as f:
+        first = f.readline(1 << 20).strip()
+    if not first:
+        return "empty: no record yet"
+    try:
+        record = json.loads(first)
+    except (ValueError, UnicodeDecodeError):
+        return "its first line is not JSON"
+    if not isinstance(record, dict) or "kind" not in record:
+        return "its first line is not a log record (no 'kind')"
+    return None
+
+
+def survey(logs_dir: str | Path, patterns: Sequence[str]) -> tuple[list[Path], dict[str, str]]:
+    """Every file under ``logs_dir`` (recursively): the logs to read, sorted, and the others
+    with the reason each is skipped (module docstring)."""
     root = Path(logs_dir)
     if not root.is_dir():
         raise DeschedError(f"logs folder {root} does not exist or is not a folder")
-    found = {
-        p.resolve()
-        for pattern in patterns
-        for p in root.rglob(pattern)
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(root).parts)
-    }
-    return sorted(found)
+    logs: set[Path] = set()
+    skipped: dict[str, str] = {}
+    for p in sorted(root.rglob("*")):
+        if not p.is_file():
+            continue
+        path = p.resolve()
+        if any(part.startswith(".") for part in p.relative_to(root).parts):
+            skipped[str(path)] = "hidden file"
+        elif any(fnmatch.fnmatch(p.name, pattern) for pattern in patterns) or (reason := _not_a_log(p)) is None:
+            logs.add(path)
+        else:
+            skipped[str(path)] = reason
+    return sorted(logs), skipped
+
+
+def find_logs(logs_dir: str | Path, patterns: Sequence[str]) -> list[Path]:
+    """The log files under ``logs_dir`` (``survey``)."""
+    return survey(logs_dir, patterns)[0]
 
 
 def sha256_of(path: Path, limit: int | None = None) -> str:
@@ -168,11 +230,17 @@ def sha256_of(path: Path, limit: int | None = None) -> str:
 def plan(
     con: duckdb.DuckDBPyConnection, logs_dir: str | Path, settings: IngestSettings
 ) -> tuple[list[FileWork], int]:
-    """The files this run must handle, and how many log files it leaves as they are."""
+    """The files this run must handle (those it skips as not logs among them, as
+    ``Action.SKIPPED`` with the reason in ``detail``), and how many log files it leaves as
+    they are."""
     states = load_states(con)
-    work: list[FileWork] = []
+    logs, skipped = survey(logs_dir, settings.patterns)
+    work: list[FileWork] = [
+        FileWork(path, LogFormat.from_path(Path(path)), Action.SKIPPED, 0, 0, None, None, why)
+        for path, why in skipped.items()
+    ]
     unchanged = 0
-    for path in find_logs(logs_dir, settings.patterns):
+    for path in logs:
         key = str(path)
         stat = path.stat()
         size, mtime = stat.st_size, stat.st_mtime_ns
@@ -180,7 +248,7 @@ def plan(
         if prev is not None and prev.size_bytes == size and prev.mtime_ns == mtime:
             unchanged += 1
             continue
-        fmt = LogFormat.PARQUET if path.suffix == ".parquet" else LogFormat.JSONL
+        fmt = LogFormat.from_path(path)
         detail: str | None = None
         if fmt is LogFormat.PARQUET:
             content_hash: str | None = sha256_of(path)

@@ -134,6 +134,17 @@ class _Loader:
         ).fetchall()
         return pl.Series(column, [r[0] for r in found], dtype=values.dtype)
 
+    def _decided(self, task_ids: pl.Series) -> pl.Series:
+        """The ``task_ids`` that a decision record loaded before names (this log or another,
+        loaded or quarantined): their completions were decided before them."""
+        candidates = task_ids.to_frame("task_id").to_arrow()  # noqa: F841 (replacement scan)
+        found = self.con.execute(
+            "SELECT DISTINCT c.task_id FROM candidates c WHERE c.task_id IN ("
+            "SELECT task_id FROM decisions UNION ALL "
+            "SELECT task_id FROM quarantine WHERE kind = 'decision')"
+        ).fetchall()
+        return pl.Series("task_id", [r[0] for r in found], dtype=pl.String)
+
     def add(self, batch: RawBatch) -> None:
         if batch.malformed:
             self._quarantine_malformed(batch.malformed)
@@ -159,6 +170,11 @@ class _Loader:
             if len(tasks):
                 tasks_seen = self._history("task_id", tasks, ("completions", "quarantine"))
         staged = add_context(typed, self.state.last_t, seqs_seen, tasks_seen)
+        undecided = staged.filter(pl.col("task_decided_before") == 0)["task_id"].unique()
+        if len(undecided):
+            staged = add_context(
+                typed, self.state.last_t, seqs_seen, tasks_seen, self._decided(undecided)
+            )
         staged = staged.with_columns(self.exprs.values())
         rule_names = [r.value for r in ROW_RULES]
         flagged = pl.any_horizontal([pl.col(n) for n in rule_names])
@@ -365,6 +381,8 @@ def ingest_file(
     if auditor is None:
         auditor = functools.partial(gx_auditor, settings.task_types)
     started = time.perf_counter()
+    if work.action is Action.SKIPPED:
+        return FileReport(work.path, work.format.value, work.action.value, detail=work.detail)
     if work.action is Action.TOUCHED:
         assert work.previous is not None
         save_state(con, replace(work.previous, size_bytes=work.size_bytes,

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from desched.tables import table_lines
 from desched.warehouse.audit import AuditResult
 from desched.warehouse.ledger import Action, FileReport
 
@@ -27,6 +29,8 @@ class IngestSummary:
     gx_rows_checked: int = 0
     gx_unexpected: dict[str, int] = field(default_factory=dict)
     gx_error: str | None = None
+    files_skipped: dict[str, str] = field(default_factory=dict)
+    """Files under the logs folder that are not logs, with the reason (``ledger.survey``)."""
 
     @property
     def rows_loaded(self) -> int:
@@ -48,9 +52,23 @@ class IngestSummary:
             text += f"; {len(self.files_quarantined)} files quarantined whole"
         if self.files_failed:
             text += f"; {len(self.files_failed)} files failed"
+        if self.files_skipped:
+            text += f"; {len(self.files_skipped)} files skipped as not logs"
         if self.gx_error:
             text += "; GX audit failed"
         return text
+
+    def skipped_lines(self, root: str | None = None) -> list[str]:
+        """One line per skipped file: its path (relative to ``root`` when under it) and why."""
+        def shown(path: str) -> str:
+            if root is not None:
+                try:
+                    return str(Path(path).relative_to(Path(root).resolve()))
+                except ValueError:
+                    pass
+            return path
+
+        return [f"skipped {shown(p)}: {why}" for p, why in self.files_skipped.items()]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -58,6 +76,7 @@ class IngestSummary:
             "files_read": self.files_read,
             "files_quarantined": self.files_quarantined,
             "files_failed": self.files_failed,
+            "files_skipped": self.files_skipped,
             "rows_loaded": self.rows_loaded,
             "decisions_loaded": self.decisions_loaded,
             "completions_loaded": self.completions_loaded,
@@ -86,9 +105,10 @@ def summarize(
                 by_rule[rule] = by_rule.get(rule, 0) + n
         for rule, n in r.gx_unexpected.items():
             gx_unexpected[rule] = gx_unexpected.get(rule, 0) + n
+    idle = (Action.TOUCHED.value, Action.SKIPPED.value)
     return IngestSummary(
         files_seen=files_seen,
-        files_read=sum(1 for r in reports if r.action != Action.TOUCHED.value),
+        files_read=sum(1 for r in reports if r.action not in idle),
         files_quarantined=[r.path for r in reports if r.file_rule],
         files_failed=dict(failed),
         decisions_loaded=sum(r.decisions_loaded for r in reports),
@@ -98,6 +118,9 @@ def summarize(
         counts=counts,
         gx_rows_checked=sum(r.audited_rows for r in reports),
         gx_unexpected=gx_unexpected,
+        files_skipped={
+            r.path: r.detail or "" for r in reports if r.action == Action.SKIPPED.value
+        },
     )
 
 
@@ -132,33 +155,35 @@ def report_markdown(summary: IngestSummary, logs_dir: str, db_path: str) -> str:
         "",
         f"Logs `{logs_dir}` into warehouse `{db_path}`.",
         "",
-        "| | |",
-        "|---|---:|",
-        f"| files seen | {summary.files_seen} |",
-        f"| files read | {summary.files_read} |",
-        f"| rows loaded | {summary.rows_loaded} |",
-        f"| decisions loaded | {summary.decisions_loaded} |",
-        f"| completions loaded | {summary.completions_loaded} |",
-        f"| rows quarantined | {summary.rows_quarantined} |",
-        f"| files quarantined whole | {len(summary.files_quarantined)} |",
-        f"| files failed | {len(summary.files_failed)} |",
-        f"| rows re-checked by Great Expectations | {summary.gx_rows_checked} |",
-        f"| Great Expectations agrees with the rules | {agrees} |",
+        *table_lines(["", ""], [
+            ("files seen", summary.files_seen),
+            ("files read", summary.files_read),
+            ("rows loaded", summary.rows_loaded),
+            ("decisions loaded", summary.decisions_loaded),
+            ("completions loaded", summary.completions_loaded),
+            ("rows quarantined", summary.rows_quarantined),
+            ("files quarantined whole", len(summary.files_quarantined)),
+            ("files failed", len(summary.files_failed)),
+            ("files skipped as not logs", len(summary.files_skipped)),
+            ("rows re-checked by Great Expectations", summary.gx_rows_checked),
+            ("Great Expectations agrees with the rules", agrees),
+        ], "lr"),
         "",
         "## Rows quarantined by rule",
         "",
-        "| rule | rows |",
-        "|---|---:|",
-        *[f"| {rule} | {n} |" for rule, n in sorted(summary.quarantined_by_rule.items())],
+        *table_lines(["rule", "rows"], sorted(summary.quarantined_by_rule.items()), "lr"),
     ]
     if summary.files_quarantined:
         lines += ["", "## Files quarantined whole", ""]
         lines += [
             f"- `{r.path}`: {r.file_rule} ({r.detail})" for r in summary.files if r.file_rule
         ]
+    if summary.files_skipped:
+        lines += ["", "## Files skipped (not decision logs)", ""]
+        lines += [f"- `{p}`: {why}" for p, why in summary.files_skipped.items()]
     if summary.files_failed:
         lines += ["", "## Files that failed (rolled back; read again next run)", ""]
         lines += [f"- `{p}`: {e}" for p, e in summary.files_failed.items()]
-    lines += ["", "## Warehouse rows", "", "| table | rows |", "|---|---:|"]
-    lines += [f"| {t} | {n} |" for t, n in summary.counts.items()]
+    lines += ["", "## Warehouse rows", ""]
+    lines += table_lines(["table", "rows"], summary.counts.items(), "lr")
     return "\n".join(lines) + "\n"

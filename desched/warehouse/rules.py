@@ -5,8 +5,10 @@ columns cast to their types plus four context columns computed over the whole lo
 ``bad_type_columns`` (names of the columns whose raw value did not convert, else null),
 ``prev_t`` (``t`` of the previous record of the same log), ``seq_seen_before`` and
 ``task_seen_before`` (how many earlier records of the log carry the same ``seq``, or the same
-``task_id`` among completions). Every rule is then a row-local test, and each one exists in two
-forms that must agree row for row:
+``task_id`` among completions), ``task_decided_before`` (1 when a decision record for a
+completion's task came before it, in this log or an earlier-loaded one, else 0) and
+``earliest_end_s`` (a completion's ``start_s + duration_s`` less float rounding). Every rule is
+then a row-local test, and each one exists in two forms that must agree row for row:
 
 - ``rule_exprs`` (here): one boolean expression per rule, computed by polars in one pass; it
   routes every row (linear, about 0.1 s per million rows);
@@ -16,6 +18,13 @@ forms that must agree row for row:
 
 Null handling matches GX's: a null value breaks ``missing_key``/``missing_value`` only; the
 other rules ignore nulls. A value that does not convert is both ``bad_type`` and missing.
+
+Beyond types, the rules hold what a discrete-event simulation (or the live service) cannot
+produce: an infinite time or amount, a duration <= 0, a negative wait, queue length or memory,
+a record whose clock ``t`` runs backwards, a start before the submission, a completion reported
+before its start (``t < start_s``) or before its own end (``start_s + duration_s > t``: no
+timestamp later than the clock of the record that reports it), a completion whose task no
+decision leased before it, a status other than ``ok``/``failed``, and an id seen twice.
 """
 
 from __future__ import annotations
@@ -39,9 +48,17 @@ class Rule(StrEnum):
     MISSING_KEY = "missing_key"
     UNKNOWN_KIND = "unknown_kind"
     MISSING_VALUE = "missing_value"
+    NON_FINITE_VALUE = "non_finite_value"
     NON_POSITIVE_DURATION = "non_positive_duration"
+    NEGATIVE_WAIT = "negative_wait"
+    NEGATIVE_AMOUNT = "negative_amount"
     UNKNOWN_TASK_TYPE = "unknown_task_type"
+    UNKNOWN_STATUS = "unknown_status"
     TIME_OUT_OF_ORDER = "time_out_of_order"
+    START_BEFORE_SUBMIT = "start_before_submit"
+    END_BEFORE_START = "end_before_start"
+    END_AFTER_CLOCK = "end_after_clock"
+    COMPLETION_WITHOUT_DECISION = "completion_without_decision"
     DUPLICATE_ID = "duplicate_id"
     # whole-file rules
     TRUNCATED_FILE = "truncated_file"
@@ -54,9 +71,17 @@ ROW_RULES: tuple[Rule, ...] = (
     Rule.MISSING_KEY,
     Rule.UNKNOWN_KIND,
     Rule.MISSING_VALUE,
+    Rule.NON_FINITE_VALUE,
     Rule.NON_POSITIVE_DURATION,
+    Rule.NEGATIVE_WAIT,
+    Rule.NEGATIVE_AMOUNT,
     Rule.UNKNOWN_TASK_TYPE,
+    Rule.UNKNOWN_STATUS,
     Rule.TIME_OUT_OF_ORDER,
+    Rule.START_BEFORE_SUBMIT,
+    Rule.END_BEFORE_START,
+    Rule.END_AFTER_CLOCK,
+    Rule.COMPLETION_WITHOUT_DECISION,
     Rule.DUPLICATE_ID,
 )
 """Rules checked on a staged batch, in precedence order (``malformed_record`` is found by the
@@ -70,6 +95,14 @@ KEY_COLUMNS = ("kind", "seq", "task_id", "tenant")
 COMMON_COLUMNS = ("t", "worker")
 DECISION_REQUIRED = ("policy", "score", "queue_len", "tenant_backlog", "wait_s")
 COMPLETION_REQUIRED = ("task_type", "submit_s", "start_s", "duration_s", "status")
+FINITE_COLUMNS = ("t", "submit_s", "start_s", "duration_s", "wait_s", "peak_mem_mb")
+"""Times and amounts that must be finite (an infinite one is ``non_finite_value``)."""
+NON_NEGATIVE_COLUMNS = ("queue_len", "tenant_backlog", "peak_mem_mb")
+"""Counts and amounts that cannot be negative (``negative_amount``)."""
+COMPLETION_STATUSES = ("ok", "failed")
+"""The outcomes a completion record may carry (``desched.runs``, the live service)."""
+END_TOLERANCE_S = 1e-6
+"""Float rounding allowed between ``start_s + duration_s`` and a completion's ``t``."""
 FILE_REQUIRED = KEY_COLUMNS + COMMON_COLUMNS
 """Columns a Parquet log must have; a file without one is quarantined whole
 (``missing_column``). Per-kind columns may be absent: a file of completions only is fine."""
@@ -100,6 +133,8 @@ CONTEXT_COLUMNS: dict[str, pl.DataType] = {
     "prev_t": pl.Float64(),
     "seq_seen_before": pl.Int64(),
     "task_seen_before": pl.Int64(),
+    "task_decided_before": pl.Int64(),
+    "earliest_end_s": pl.Float64(),
 }
 
 KNOWN_TASK_TYPES: tuple[str, ...] = ("ocr_clean", "extract", "classify", "embed", "unknown")
@@ -167,14 +202,27 @@ def rule_exprs(task_types: TaskTypes) -> dict[Rule, pl.Expr]:
         Rule.MISSING_VALUE: _any_null(COMMON_COLUMNS)
         | (_is("decision") & _any_null(DECISION_REQUIRED))
         | (completion & _any_null(COMPLETION_REQUIRED)),
+        Rule.NON_FINITE_VALUE: pl.any_horizontal(
+            [pl.col(c).is_infinite().fill_null(False) for c in FINITE_COLUMNS]
+        ),
         Rule.NON_POSITIVE_DURATION: completion
         & pl.col("duration_s").is_not_null()
         & (pl.col("duration_s") <= 0),
+        Rule.NEGATIVE_WAIT: _is("decision") & (pl.col("wait_s") < 0).fill_null(False),
+        Rule.NEGATIVE_AMOUNT: pl.any_horizontal(
+            [(pl.col(c) < 0).fill_null(False) for c in NON_NEGATIVE_COLUMNS]
+        ),
         Rule.UNKNOWN_TASK_TYPE: completion
         & pl.col("task_type").is_not_null()
         & ~pl.col("task_type").str.contains(task_types.regex),
-        Rule.TIME_OUT_OF_ORDER: _before("t", "prev_t")
-        | (completion & (_before("start_s", "submit_s") | _before("t", "start_s"))),
+        Rule.UNKNOWN_STATUS: completion
+        & pl.col("status").is_not_null()
+        & ~pl.col("status").is_in(COMPLETION_STATUSES),
+        Rule.TIME_OUT_OF_ORDER: _before("t", "prev_t"),
+        Rule.START_BEFORE_SUBMIT: completion & _before("start_s", "submit_s"),
+        Rule.END_BEFORE_START: completion & _before("t", "start_s"),
+        Rule.END_AFTER_CLOCK: completion & _before("t", "earliest_end_s"),
+        Rule.COMPLETION_WITHOUT_DECISION: completion & (pl.col("task_decided_before") < 1),
         Rule.DUPLICATE_ID: (pl.col("seq_seen_before") > 0)
         | (completion & (pl.col("task_seen_before") > 0)),
     }

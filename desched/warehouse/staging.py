@@ -8,7 +8,7 @@ writes a short human reason for each flagged row.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import polars as pl
 
@@ -17,7 +17,10 @@ from desched.warehouse.rules import (
     COMMON_COLUMNS,
     COMPLETION_REQUIRED,
     DECISION_REQUIRED,
+    END_TOLERANCE_S,
+    FINITE_COLUMNS,
     KEY_COLUMNS,
+    NON_NEGATIVE_COLUMNS,
     Rule,
 )
 
@@ -69,10 +72,13 @@ def add_context(
     last_t: float | None,
     seqs_seen: pl.Series | None,
     tasks_seen: pl.Series | None,
+    decided_seen: pl.Series | None = None,
 ) -> pl.DataFrame:
-    """``typed`` (from ``conform``) with ``prev_t``, ``seq_seen_before`` and
-    ``task_seen_before``, given the log's last ``t`` and the ``seq``/``task_id`` values of
-    this batch that earlier batches or runs of the same log already hold."""
+    """``typed`` (from ``conform``) with ``prev_t``, ``seq_seen_before``,
+    ``task_seen_before``, ``task_decided_before`` and ``earliest_end_s``, given the log's last
+    ``t``, the ``seq``/``task_id`` values of this batch that earlier batches or runs of the
+    same log already hold, and the completions' ``task_id`` values that a decision loaded
+    earlier (this log or another) names."""
     completion = pl.col("kind") == "completion"
     task = pl.when(completion).then(pl.col("task_id"))
     seq_earlier = (~pl.col("seq").is_first_distinct()).cast(pl.Int64)
@@ -84,12 +90,26 @@ def add_context(
     prev_t = pl.col("t").shift(1).forward_fill()
     if last_t is not None:
         prev_t = prev_t.fill_null(last_t)
+    row = pl.int_range(pl.len(), dtype=pl.Int64)
+    first_decision = (
+        pl.when(pl.col("kind") == "decision").then(row).otherwise(None).min().over("task_id")
+    )
+    decided = (first_decision < row).fill_null(False)
+    if decided_seen is not None and len(decided_seen):
+        decided = decided | pl.col("task_id").is_in(decided_seen.implode())
+    end = pl.col("start_s") + pl.col("duration_s")
     return typed.with_columns(
         prev_t.alias("prev_t"),
         pl.when(pl.col("seq").is_not_null()).then(seq_earlier).alias("seq_seen_before"),
         pl.when(completion & pl.col("task_id").is_not_null())
         .then(task_earlier)
         .alias("task_seen_before"),
+        pl.when(completion & pl.col("task_id").is_not_null())
+        .then(decided.cast(pl.Int64))
+        .alias("task_decided_before"),
+        pl.when(completion)
+        .then(end - END_TOLERANCE_S * (1.0 + end.abs()))
+        .alias("earliest_end_s"),
     )
 
 
@@ -100,6 +120,16 @@ def _missing_list(columns: Sequence[str], when: pl.Expr | None = None) -> list[p
         )
         for c in columns
     ]
+
+
+def _values(columns: Sequence[str], test: Callable[[str], pl.Expr]) -> pl.Expr:
+    """``col=value`` for each of ``columns`` where ``test`` holds, space-separated."""
+    return pl.concat_str(
+        [pl.when(test(c).fill_null(False)).then(pl.lit(f"{c}=") + pl.col(c).cast(pl.String))
+         for c in columns],
+        separator=" ",
+        ignore_nulls=True,
+    )
 
 
 def detail_expr() -> pl.Expr:
@@ -118,23 +148,41 @@ def detail_expr() -> pl.Expr:
         ),
         pl.when(missing != "").then(pl.lit("null: ") + missing),
         pl.when(pl.col(Rule.UNKNOWN_KIND.value)).then(pl.lit("kind=") + pl.col("kind")),
+        pl.when(pl.col(Rule.NON_FINITE_VALUE.value)).then(
+            _values(FINITE_COLUMNS, lambda c: pl.col(c).is_infinite())
+        ),
         pl.when(pl.col(Rule.NON_POSITIVE_DURATION.value)).then(
             pl.lit("duration_s=") + pl.col("duration_s").cast(pl.String)
+        ),
+        pl.when(pl.col(Rule.NEGATIVE_WAIT.value)).then(
+            pl.lit("wait_s=") + pl.col("wait_s").cast(pl.String)
+        ),
+        pl.when(pl.col(Rule.NEGATIVE_AMOUNT.value)).then(
+            _values(NON_NEGATIVE_COLUMNS, lambda c: pl.col(c) < 0)
         ),
         pl.when(pl.col(Rule.UNKNOWN_TASK_TYPE.value)).then(
             pl.lit("task_type=") + pl.col("task_type")
         ),
+        pl.when(pl.col(Rule.UNKNOWN_STATUS.value)).then(pl.lit("status=") + pl.col("status")),
         pl.when(pl.col(Rule.TIME_OUT_OF_ORDER.value)).then(
-            pl.concat_str(
-                [
-                    pl.lit("t=") + pl.col("t").cast(pl.String),
-                    pl.lit("prev_t=") + pl.col("prev_t").cast(pl.String),
-                    pl.lit("submit_s=") + pl.col("submit_s").cast(pl.String),
-                    pl.lit("start_s=") + pl.col("start_s").cast(pl.String),
-                ],
-                separator=" ",
-                ignore_nulls=True,
-            )
+            pl.lit("t=") + pl.col("t").cast(pl.String)
+            + pl.lit(" before prev_t=") + pl.col("prev_t").cast(pl.String)
+        ),
+        pl.when(pl.col(Rule.START_BEFORE_SUBMIT.value)).then(
+            pl.lit("start_s=") + pl.col("start_s").cast(pl.String)
+            + pl.lit(" before submit_s=") + pl.col("submit_s").cast(pl.String)
+        ),
+        pl.when(pl.col(Rule.END_BEFORE_START.value)).then(
+            pl.lit("t=") + pl.col("t").cast(pl.String)
+            + pl.lit(" before start_s=") + pl.col("start_s").cast(pl.String)
+        ),
+        pl.when(pl.col(Rule.END_AFTER_CLOCK.value)).then(
+            pl.lit("start_s+duration_s=")
+            + (pl.col("start_s") + pl.col("duration_s")).cast(pl.String)
+            + pl.lit(" after the record's clock t=") + pl.col("t").cast(pl.String)
+        ),
+        pl.when(pl.col(Rule.COMPLETION_WITHOUT_DECISION.value)).then(
+            pl.lit("no decision for task ") + pl.col("task_id") + pl.lit(" before it")
         ),
         pl.when(pl.col("seq_seen_before") > 0).then(
             pl.lit("seq ") + pl.col("seq").cast(pl.String) + pl.lit(" seen before")

@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterable, Sequence
 from desched.bench.report.deploy import markdown_section
 from desched.bench.report.numbers import fmt, fmt_ci, pct
 from desched.bench.report.records import Report
+from desched.tables import table_lines
 
 
 def _table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
-            *("| " + " | ".join(r) + " |" for r in rows)]
+    return table_lines(head, rows)
 
 
 def _gap(x: float | None) -> str:

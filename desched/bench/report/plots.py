@@ -119,7 +119,7 @@ def _thousands(minor: bool = False) -> Any:
     def label(v: float, _: int) -> str:
         if minor and f"{v:.0e}"[0] not in "25":
             return ""
-        return f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+        return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
     return FuncFormatter(label)
 
@@ -133,7 +133,8 @@ def plot_learning_curves(learners: dict[str, Q2Learner], reference: str, out: Pa
     fig, axes = plt.subplots(1, len(learners), figsize=(5.5 * len(learners), 3.2), squeeze=False)
     for ax, (name, le) in zip(axes[0], learners.items()):
         curve = [CurvePoint(step=p.step, value=p.value, best=p.best) for p in le.curve]
-        draw_curve(ax, curve, step_label(name), legend_fontsize=7, reference=reference)
+        draw_curve(ax, curve, step_label(name), legend_fontsize=7, reference=reference,
+                   shipped=le.train_objective)
         ax.set_title(f"{name}", fontsize=10, loc="left")
     fig.tight_layout()
     fig.savefig(out, dpi=100)
@@ -144,8 +145,6 @@ def plot_learning_curves(learners: dict[str, Q2Learner], reference: str, out: Pa
 def plot_q3_tenants(q3: Q3Section, sims: dict[str, HeldoutRuns], out: Path) -> Path:
     """Per Q3 workload: each tenant's mean slowdown under a predicted-duration policy over
     that under the baseline, against the tenant's mean task duration."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
     plt = _plt()
     workloads = list(q3.workloads)
     fig, axes = plt.subplots(1, len(workloads), figsize=(4.6 * len(workloads), 3.6),
@@ -155,18 +154,19 @@ def plot_q3_tenants(q3: Q3Section, sims: dict[str, HeldoutRuns], out: Path) -> P
         slowdown = {label: {t: m.mean_slowdown for t, m in run.summary.tenants().items()}
                     for label, run in sims[w].runs.items()}
         base = slowdown[q3.baseline]
+        xs: list[float] = []
+        ys: list[float] = [1.0]
         for i, p in enumerate(q3.focus):
             if p not in slowdown:
                 continue
             ts = [t for t in base if t in slowdown[p] and base[t] > 0]
+            xs += [d[t] for t in ts]
+            ys += [slowdown[p][t] / base[t] for t in ts]
             ax.scatter([d[t] for t in ts], [slowdown[p][t] / base[t] for t in ts], s=10,
                        alpha=0.7, color=f"C{i}", label=p)
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        for axis in (ax.xaxis, ax.yaxis):
-            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-            axis.set_minor_formatter(NullFormatter())
+        ax.axhline(1.0, color="k", lw=0.8, label=f"as under {q3.baseline}")
+        _value_axis(ax, xs, "x")
+        _value_axis(ax, ys, "y")
         ax.set_xlabel("tenant's mean task duration (s)")
         ax.set_ylabel(f"mean slowdown / {q3.baseline}'s")
         ax.set_title(w, fontsize=10, loc="left")
@@ -178,12 +178,68 @@ def plot_q3_tenants(q3: Q3Section, sims: dict[str, HeldoutRuns], out: Path) -> P
     return out
 
 
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h", "p", "d")
+
+
+def _policy_styles(policies: Sequence[str], clairvoyant: set[str]) -> dict[str, dict[str, Any]]:
+    """One colour and marker per policy, the same in every panel (a clairvoyant bound is a
+    star)."""
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab20" if len(policies) > 10 else "tab10"]
+    return {p: {"color": cmap(i % cmap.N),
+                "marker": "*" if p in clairvoyant else MARKERS[i % len(MARKERS)]}
+            for i, p in enumerate(policies)}
+
+
+def _value_axis(ax: Any, values: Sequence[float], axis: str) -> None:
+    """Log scale with ticks at 1, 2 and 5 per decade when ``values`` span more than 5x,
+    else linear; labelled in plain numbers either way."""
+    from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter
+
+    positive = [v for v in values if v > 0]
+    which = ax.yaxis if axis == "y" else ax.xaxis
+    if positive and max(positive) / min(positive) > 5:
+        (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
+        which.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        which.set_minor_formatter(NullFormatter())
+    else:
+        which.set_major_locator(MaxNLocator(5))
+    which.set_major_formatter(_thousands())
+
+
+def _lag_axis(ax: Any, lags: Sequence[float]) -> None:
+    """Max service lag: a linear axis from 0 (a lag of 0 is the fair end, and a log scale
+    would hide it), plain-number ticks."""
+    from matplotlib.ticker import MaxNLocator
+
+    top = max(lags, default=0.0)
+    ax.set_xlim(-0.04 * top if top > 0 else -0.5, top * 1.06 if top > 0 else 10.0)
+    ax.xaxis.set_major_locator(MaxNLocator(5))
+    ax.xaxis.set_major_formatter(_thousands())
+
+
 def plot_pareto(points: Sequence[ParetoPoint], out: Path) -> Path:
+    """The Pareto plot (``pareto_figure``) as a PNG."""
+    plt = _plt()
+    fig = pareto_figure(points)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def pareto_figure(points: Sequence[ParetoPoint]) -> Any:
     """Per workload: mean response time against Jain's index (top) and max service lag
-    (bottom), the front in red, clairvoyant bounds as stars."""
+    (bottom). Each policy has one colour and marker in every panel, named in the legend
+    below; points on the Pareto front have a black edge and are joined by the dashed line;
+    clairvoyant bounds are stars. No text on the panels, so nothing overlaps."""
+    from matplotlib.lines import Line2D
+
     plt = _plt()
     workloads = list(dict.fromkeys(p.workload for p in points))
-    fig, axes = plt.subplots(2, len(workloads), figsize=(4.6 * len(workloads), 7.0),
+    policies = list(dict.fromkeys(p.policy for p in points))
+    styles = _policy_styles(policies, {p.policy for p in points if p.clairvoyant})
+    fig, axes = plt.subplots(2, len(workloads), figsize=(4.3 * len(workloads), 7.6),
                              squeeze=False)
     for col, w in enumerate(workloads):
         pts = [p for p in points if p.workload == w]
@@ -191,32 +247,35 @@ def plot_pareto(points: Sequence[ParetoPoint], out: Path) -> Path:
                 [("jain_slowdown", "pareto_jain", "Jain's index (higher is fairer)"),
                  ("max_service_lag_s", "pareto_lag", "max service lag s (lower is fairer)")]):
             ax = axes[row, col]
-            for p in pts:
+            shown = [(p, getattr(p, key), p.mean_response_s) for p in pts
+                     if getattr(p, key) is not None and p.mean_response_s is not None]
+            for p, x, y in shown:
                 on = getattr(p, flag)
-                x, y = getattr(p, key), p.mean_response_s
-                if x is None or y is None:
-                    continue
-                ax.scatter(x, y, s=40 if on else 18, zorder=3,
-                           marker="*" if p.clairvoyant else "o",
-                           color="C3" if on else "C0" if p.clairvoyant else "0.5")
-                ax.annotate(p.policy.replace(" weights)", ")"), (x, y),
-                            fontsize=6, xytext=(3, 2), textcoords="offset points")
-            front = sorted((getattr(p, key), p.mean_response_s) for p in pts
-                           if getattr(p, flag))
+                ax.scatter(x, y, s=(150 if p.clairvoyant else 60) if on else
+                           (110 if p.clairvoyant else 36), zorder=3, alpha=0.9,
+                           edgecolors="black" if on else "none", linewidths=1.3,
+                           **styles[p.policy])
+            front = sorted((x, y) for p, x, y in shown if getattr(p, flag))
             if front:
-                ax.plot(*zip(*front), "-", color="C3", lw=1)
-            ax.set_yscale("log")
+                ax.plot(*zip(*front), "--", color="black", lw=0.9, zorder=2)
+            _value_axis(ax, [y for _, _, y in shown], "y")
+            if key == "max_service_lag_s":
+                _lag_axis(ax, [x for _, x, _ in shown])
+            else:
+                from matplotlib.ticker import MaxNLocator
+
+                ax.xaxis.set_major_locator(MaxNLocator(4))
             ax.set_xlabel(label)
             ax.set_ylabel("mean response time (s)")
             if row == 0:
                 ax.set_title(w, fontsize=10, loc="left")
-            if key == "max_service_lag_s":
-                ax.set_xscale("symlog", linthresh=1.0)
-                ax.set_xlim(left=0)
-            ax.yaxis.set_major_formatter(_thousands())
-            ax.yaxis.set_minor_formatter(_thousands(minor=True))
-            ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+            ax.grid(alpha=0.3, which="major")
+    handles = [Line2D([], [], linestyle="none", markersize=8, label=p, **styles[p])
+               for p in policies]
+    handles.append(Line2D([], [], color="black", ls="--", marker="o", markerfacecolor="white",
+                          markeredgecolor="black", label="on the Pareto front (black edge)"))
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=8,
+               frameon=False)
+    rows_of_legend = -(-len(handles) // 6)
+    fig.tight_layout(rect=(0, 0.035 * rows_of_legend + 0.01, 1, 1))
+    return fig

@@ -1,0 +1,46 @@
+"""The one grammar of the command line, shared by every command.
+
+- A policy and its parameters are one *policy spec*, ``NAME`` or ``NAME?KEY=VALUE&KEY=VALUE``
+  (``ifs-memoryless?w_wait=0.8``, ``ifs-counter?weights=models/weights/x``), the same in
+  ``simulate --policy``, ``compare --policies``, ``evaluate --policies``, ``serve --policy``
+  and ``policy set`` (``desched.bench.specs``). Quote it in a shell: ``?`` and ``&`` are
+  special there.
+- ``--store``: the service's state database (SQLite path or postgresql:// URL);
+  ``--warehouse``: the DuckDB warehouse of ingested logs; ``--logs``: the decision-log folder
+  (written by ``serve``, read by ``ingest``); ``--registry``: a model registry folder;
+  ``--out``: where a command writes, used as given (nothing is nested under a second name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from desched.errors import DeschedError
+
+POLICY_SPEC_HELP = "NAME or 'NAME?KEY=VALUE&KEY=VALUE' (see `desched policies`)"
+
+
+def policy_spec(spec: str, option: str = "--policy") -> tuple[str, dict[str, str]]:
+    """``"ifs-memoryless?w_wait=0.8"`` -> ``("ifs-memoryless", {"w_wait": "0.8"})``, validated
+    against the policy's parameters; an error names ``option`` and the spec."""
+    from desched.bench.specs import PolicySpec
+
+    try:
+        parsed = PolicySpec.parse(spec)
+    except DeschedError as exc:
+        raise DeschedError(f"{option} {spec!r}: {exc}") from None
+    return parsed.name, dict(parsed.params)
+
+
+def split_specs(values: Iterable[str]) -> list[str]:
+    """Repeatable, comma-separated option values, in order, blanks dropped."""
+    return [v.strip() for value in values for v in value.split(",") if v.strip()]
+
+
+def existing_folder(path: Path, option: str) -> Path:
+    """``path`` if it is a folder; else a one-line error naming the option."""
+    if not path.is_dir():
+        what = "is not a folder" if path.exists() else "does not exist"
+        raise DeschedError(f"{option} {path}: {what}")
+    return path

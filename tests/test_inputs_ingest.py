@@ -1,0 +1,169 @@
+"""Ingestion refuses what a discrete-event system cannot produce, and skips no file silently.
+
+Each physically impossible record is quarantined under its own rule with a detail that names
+the column and value; Great Expectations, checking every row, agrees with the polars rules.
+Every file under the logs folder is read or named as skipped with its reason.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from desched.warehouse.settings import IngestSettings
+from tests.test_ingest import completion, decision, query, run_once, simulated_log, write_jsonl
+
+# case -> (records of one log, the line that breaks the rule, words the detail must hold)
+CASES: dict[str, tuple[list[Any], int, tuple[str, ...]]] = {
+    "negative_wait": (
+        [decision(0, 1.0, "a", wait_s=-2.5)], 0, ("wait_s=-2.5",),
+    ),
+    "non_positive_duration": (
+        [decision(0, 0.0, "a"), completion(1, 1.0, "a", duration_s=-1.0)], 1,
+        ("duration_s=-1.0",),
+    ),
+    "start_before_submit": (
+        [decision(0, 5.0, "a"), completion(1, 6.0, "a", submit_s=5.5, start_s=5.0)], 1,
+        ("start_s=5.0", "submit_s=5.5"),
+    ),
+    "end_before_start": (
+        [decision(0, 5.0, "a"), completion(1, 6.0, "a", start_s=7.0, submit_s=1.0)], 1,
+        ("t=6.0", "start_s=7.0"),
+    ),
+    "end_after_clock": (
+        [decision(0, 1.0, "a"), completion(1, 2.0, "a", start_s=1.0, duration_s=5.0)], 1,
+        ("start_s+duration_s=6.0", "t=2.0"),
+    ),
+    "completion_without_decision": (
+        [decision(0, 0.0, "a"), completion(1, 1.0, "ghost")], 1, ("ghost",),
+    ),
+    "time_out_of_order": (
+        [decision(0, 3.0, "a"), decision(1, 2.0, "b")], 1, ("t=2.0", "prev_t=3.0"),
+    ),
+    "non_finite_value": (
+        [decision(0, 0.0, "a"), completion(1, 1.0, "a", peak_mem_mb=math.inf)], 1,
+        ("peak_mem_mb=inf",),
+    ),
+    "negative_amount": (
+        [decision(0, 0.0, "a", queue_len=-1)], 0, ("queue_len=-1",),
+    ),
+    "unknown_status": (
+        [decision(0, 0.0, "a"), completion(1, 1.0, "a", status="maybe")], 1, ("status=maybe",),
+    ),
+}
+
+
+def _write(path: Path, records: list[Any]) -> Path:
+    # json.dumps writes inf as Infinity, which JSON lines cannot hold: use Parquet for those
+    if any(isinstance(v, float) and math.isinf(v) for r in records for v in r.values()):
+        path = path.with_suffix(".parquet")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pl.from_dicts(records, infer_schema_length=None).write_parquet(path)
+        return path
+    return write_jsonl(path, records)
+
+
+@pytest.mark.parametrize("rule", sorted(CASES))
+def test_a_physically_impossible_record_is_quarantined_under_its_rule(tmp_path, rule):
+    records, bad_line, words = CASES[rule]
+    log = _write(tmp_path / "logs" / "live-log.jsonl", records)
+    db = tmp_path / "w.duckdb"
+    run_once(tmp_path / "logs", db)
+    quarantined = query(db, "SELECT source, row_in_file, rule, detail FROM quarantine")
+    assert quarantined.height == 1, quarantined
+    row = quarantined.row(0, named=True)
+    assert (row["source"], row["row_in_file"], row["rule"]) == (str(log), bad_line, rule)
+    for word in words:
+        assert word in row["detail"], (word, row["detail"])
+    loaded = query(db, "SELECT count(*) AS n FROM decisions")["n"][0] + query(
+        db, "SELECT count(*) AS n FROM completions")["n"][0]
+    assert loaded == len(records) - 1
+
+
+def test_gx_checking_every_row_agrees_with_the_physical_rules(tmp_path):
+    # One log holding every case after the first clean record; GX re-checks every row and
+    # raises RuleMismatch where it and polars disagree on any rule.
+    records: list[Any] = []
+    t = 0.0
+    for name in sorted(CASES):
+        if name in ("time_out_of_order", "non_finite_value"):
+            continue  # t order spans the whole log; inf cannot go into JSON lines
+        case, _, _ = CASES[name]
+        for r in case:
+            records.append({**r, "seq": len(records), "t": r["t"] + t,
+                            "task_id": f"{name}-{r['task_id']}",
+                            **({"start_s": r["start_s"] + t, "submit_s": r["submit_s"] + t}
+                               if r["kind"] == "completion" else {})})
+        t += 100.0
+    write_jsonl(tmp_path / "logs" / "live-log.jsonl", records)
+    reports = run_once(tmp_path / "logs", tmp_path / "w.duckdb", IngestSettings(audit_rows=None))
+    # GX counts a row under every rule it breaks (end_before_start's row also ends after its
+    # clock), the quarantine under the first: the same rules, and no RuleMismatch raised
+    assert set(reports[0].gx_unexpected) == set(reports[0].quarantined)
+    assert reports[0].gx_unexpected["end_after_clock"] == 2
+    assert set(reports[0].quarantined) == set(CASES) - {"time_out_of_order", "non_finite_value"}
+
+
+def test_a_completion_decided_in_an_earlier_log_is_not_an_orphan(tmp_path):
+    write_jsonl(tmp_path / "logs" / "decision-log-day1.jsonl", [decision(0, 0.0, "a")])
+    write_jsonl(tmp_path / "logs" / "decision-log-day2.jsonl", [completion(0, 1.0, "a")])
+    run_once(tmp_path / "logs", tmp_path / "w.duckdb")
+    assert query(tmp_path / "w.duckdb", "SELECT count(*) AS n FROM quarantine")["n"][0] == 0
+
+
+def test_every_file_in_the_logs_folder_is_read_or_named_with_why_it_was_skipped(
+    prefect_harness, tmp_path
+):
+    from click.testing import CliRunner
+    from prefect.artifacts import Artifact
+
+    from desched.cli import cli
+
+    logs = tmp_path / "logs"
+    run = simulated_log(logs / "run1")  # also writes tasks.parquet, decisions.parquet, ...
+    pl.read_parquet(run).write_parquet(logs / "decisions-1.parquet")  # a log by content
+    write_jsonl(logs / "run-2.jsonl", [decision(0, 0.0, "x"), completion(1, 1.0, "x")])
+    write_jsonl(logs / "notes.jsonl", [{"note": "not a record"}])
+    (logs / "README.txt").write_text("what these are\n")
+    result = CliRunner().invoke(
+        cli, ["ingest", "--logs", str(logs), "--warehouse", str(tmp_path / "w.duckdb")]
+    )
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
+    # decision-log.parquet and decisions-1.parquet (12 rows each: the second are duplicates
+    # of nothing, being another file) and run-2.jsonl (2 rows)
+    assert "3 of " in result.output and "26 rows loaded" in result.output
+    every = {p.relative_to(logs).as_posix() for p in logs.rglob("*") if p.is_file()}
+    read = {"run1/decision-log.parquet", "decisions-1.parquet", "run-2.jsonl"}
+    for name in every - read:
+        line = next((x for x in result.output.splitlines() if f"skipped {name}:" in x), None)
+        assert line is not None, (name, result.output)
+    assert "notes.jsonl: its first line is not a log record (no 'kind')" in result.output
+    assert "run1/tasks.parquet: a Parquet table without a 'kind' column" in result.output
+    assert "README.txt: not a log format (.txt" in result.output
+    markdown = str(Artifact.get("ingest-logs").data)  # type: ignore[union-attr]
+    assert "## Files skipped" in markdown and "README.txt" in markdown
+
+
+def test_an_empty_logs_folder_says_so_in_one_line(prefect_harness, tmp_path):
+    from click.testing import CliRunner
+
+    from desched.cli import cli
+
+    (tmp_path / "logs").mkdir()
+    result = CliRunner().invoke(
+        cli, ["ingest", "--logs", str(tmp_path / "logs"), "--warehouse", str(tmp_path / "w.db")]
+    )
+    assert result.exit_code == 0
+    assert result.output.strip() == f"{tmp_path / 'logs'}: no files, nothing to load"
+
+
+def test_the_simulators_own_logs_keep_every_physical_rule(tmp_path):
+    simulated_log(tmp_path / "logs" / "run1")
+    run_once(tmp_path / "logs", tmp_path / "w.duckdb", IngestSettings(audit_rows=None))
+    assert query(tmp_path / "w.duckdb", "SELECT count(*) AS n FROM quarantine")["n"][0] == 0
+    assert query(tmp_path / "w.duckdb", "SELECT count(*) AS n FROM completions")["n"][0] == 6
