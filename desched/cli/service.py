@@ -292,7 +292,7 @@ CONTROLS_WAIT_S = 10.0
               help="submit rate limit, tasks per s, m or h (5/s, 300/m); none: no limit")
 @click.option("--burst", default=None,
               help="token bucket size, tasks [default: max(1, rate per s)]; none: default")
-@click.option("--db", default=None, help=DB_HELP)
+@STORE_OPTION
 def tenants_set(name: str, weight: float | None, cap: str | None, rate: str | None,
                 burst: str | None, db: str | None) -> None:
     """Set tenant NAME's controls (README, tenant controls); options not given keep their
@@ -338,7 +338,7 @@ def tenants_set(name: str, weight: float | None, cap: str | None, rate: str | No
 
 
 @tenants.command("controls")
-@click.option("--db", default=None, help=DB_HELP)
+@STORE_OPTION
 def tenants_controls(db: str | None) -> None:
     """Every tenant's recorded controls: tenant, weight, cap, rate (per s), burst."""
     store = _store(db)
