@@ -49,7 +49,7 @@ import math
 import tomllib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -103,9 +103,6 @@ class Controls:
 
     def of(self, tenant: str) -> TenantControl:
         return self.tenants.get(tenant, DEFAULT)
-
-    def with_tenant(self, tenant: str, control: TenantControl) -> Controls:
-        return Controls({**self.tenants, tenant: control})
 
     @property
     def has_caps(self) -> bool:
@@ -292,9 +289,6 @@ class Gate:
             for name, c in controls.tenants.items()
             if c.cap is not None
         }
-
-    def cap_of(self, k: int) -> int | None:
-        return self.caps.get(k)
 
     def admits(self, i: int) -> bool:
         """Whether task ``i``'s tenant is under its cap."""
@@ -508,8 +502,3 @@ def pl_series(name: str, values: list[float]) -> Any:
     import polars as pl
 
     return pl.Series(name, values, dtype=pl.Float64)
-
-
-def replace_control(control: TenantControl, **changes: Any) -> TenantControl:
-    """``control`` with ``changes`` (None values left out)."""
-    return replace(control, **{k: v for k, v in changes.items() if v is not None})
