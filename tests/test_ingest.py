@@ -219,12 +219,21 @@ def test_the_ingest_command_prints_one_line_and_refuses_a_missing_folder(prefect
     assert "error: logs folder" in missing.output and "does not exist" in missing.output
 
 
-def test_a_missing_logs_folder_fails_the_flow_at_once_without_retries(prefect_harness, tmp_path):
-    from desched.errors import DeschedError
+def test_a_missing_or_empty_logs_folder_completes_with_0_files(prefect_harness, tmp_path):
+    """A fresh set-up: the ingest-logs schedule fires before any log exists."""
+    from prefect.artifacts import Artifact
+
     from desched.flows.ingest import ingest_logs
 
-    with pytest.raises(DeschedError, match="does not exist"):
-        ingest_logs(str(tmp_path / "nope"), str(tmp_path / "w.duckdb"))
+    logs, db = tmp_path / "data" / "logs", tmp_path / "data" / "w.duckdb"
+    for _ in range(2):  # missing (created by the run), then empty
+        state = ingest_logs(str(logs), str(db), return_state=True)
+        assert state.is_completed(), state.message
+        summary = state.result()
+        assert summary.line().startswith("0 of 0 files read; 0 rows loaded")
+        assert logs.is_dir() and db.is_file()
+    report = Artifact.get("ingest-logs")
+    assert report is not None and "0 of 0 files read" in str(report.description)
 
 
 def test_a_file_that_fails_to_load_is_rolled_back_and_reported_after_the_others_load(
