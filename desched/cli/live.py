@@ -345,7 +345,7 @@ summary = ingest_logs(logs_dir={str(logs)!r}, db_path={str(warehouse)!r})
 print("ingest:", summary.line())
 try:
     from desched.flows.retrain import retrain_duration_model
-    out = retrain_duration_model(db={str(warehouse)!r}, registry={str(folder / "models" / "duration")!r})
+    out = retrain_duration_model(db={str(warehouse)!r}, registry={str(folder / "models" / "duration")!r}, min_rows=40)
     if out.get("nothing_to_train"):
         print("duration model: nothing to train:", out["nothing_to_train"])
     for key, card in out["workloads"].items():
