@@ -64,6 +64,47 @@ def test_the_readme_deploy_section_runs_every_deployment_of_prefect_yaml_on_its_
     assert README_PORT in cpu and README_HOME in cpu and README_SERVICE_PORT in cpu
 
 
+def test_deploy_creates_the_missing_work_pools_and_leaves_existing_ones(prefect_harness) -> None:
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+
+    from desched.cli.deploy import ensure_pools
+
+    names = ("i9-test-cpu", "i9-test-gpu")
+    first = asyncio.run(ensure_pools(names))
+    assert first == [f"work pool {n}: created (type process)" for n in names]
+    assert asyncio.run(ensure_pools(names)) == [
+        f"work pool {n}: exists (type process), left as it is" for n in names
+    ]
+
+    async def template(name: str) -> dict:
+        async with get_client() as client:
+            return (await client.read_work_pool(name)).base_job_template
+
+    assert "job_configuration" in asyncio.run(template(names[0]))  # the process default
+
+
+def test_deploy_without_a_server_address_is_a_one_line_error(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT))
+
+    def deploy(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "desched.cli", "deploy", *args], env=env, cwd=tmp_path,
+            capture_output=True, text=True, timeout=120, check=False,
+        )
+
+    unset = deploy("--project", str(ROOT))
+    assert unset.returncode == 2
+    assert unset.stderr.startswith("error: PREFECT_API_URL is not set"), unset.stderr
+    assert unset.stderr.count("\n") == 1 and unset.stdout == ""
+    elsewhere = deploy()  # tmp_path has no prefect.yaml, but the checkout desched runs from has
+    assert elsewhere.returncode == 2 and "PREFECT_API_URL is not set" in elsewhere.stderr
+    missing = deploy("--project", str(ROOT / "docs"))
+    assert missing.returncode == 2 and "no prefect.yaml" in missing.stderr, missing.stderr
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -10,6 +10,7 @@ README's "Run it on a Prefect server" has the whole path (server, workers, first
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import time
@@ -128,6 +129,7 @@ def deploy(project: Path | None, wait_s: float, pools_only: bool) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all"],
         cwd=folder,
+        env={**os.environ, "PREFECT_API_URL": url},  # the server the pools are on, always
         check=False,
     )
     if done.returncode != 0:
