@@ -459,3 +459,31 @@ def test_cancel_records_of_the_live_service_are_accepted_and_loaded_into_no_tabl
     [report] = run_once(logs, db)
     assert (report.records_read, report.rows_loaded, report.quarantined) == (4, 3, {})
     assert counts(db)["decisions"] == 2 and counts(db)["completions"] == 1
+
+
+def test_ingest_task_runs_are_named_by_folder_and_file_not_absolute_path(prefect_harness, tmp_path):
+    import asyncio
+    import time
+
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    from desched.flows.ingest import ingest_logs
+
+    simulated_log(tmp_path / "logs" / "run-a")
+    state = ingest_logs(str(tmp_path / "logs"), str(tmp_path / "w.duckdb"), return_state=True)
+    assert state.is_completed()
+    runs = FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
+
+    async def names() -> list[str]:
+        async with get_client() as client:
+            return [r.name for r in await client.read_task_runs(flow_run_filter=runs)]
+
+    deadline = time.monotonic() + 60  # task runs reach the API through events, a bit later
+    seen = asyncio.run(names())
+    while not any(n.startswith("ingest-") for n in seen):
+        assert time.monotonic() < deadline, seen
+        time.sleep(1)
+        seen = asyncio.run(names())
+    assert [n for n in seen if n.startswith("ingest-")] == ["ingest-run-a-decision-log.parquet"]
+    assert not any(str(tmp_path) in n for n in seen)
