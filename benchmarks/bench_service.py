@@ -52,6 +52,36 @@ from common import ROOT, machine, markdown_table, write_json
 from desched.cli.service import serve_argv
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+PROFILE_DIR: Path | None = None
+"""``--profile DIR``: run the service under cProfile, one profile for the event loop's
+thread and one for the writer thread, written to DIR at a clean stop. Times are each
+thread's CPU time (``time.thread_time``), not wall time: on a loaded machine, wall time
+mostly measures waiting for a CPU or for the GIL."""
+PROFILED_SERVE = """
+import cProfile, os, signal, sys, time
+from desched.cli import main
+# uvicorn re-raises the SIGTERM it stopped on: exit through the finally below.
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+from desched.service import writer
+base = os.environ["DESCHED_BENCH_PROFILE"]
+run = writer.Writer.run
+def profiled_run(self):
+    prof = cProfile.Profile(time.thread_time)
+    prof.enable()
+    try:
+        run(self)
+    finally:
+        prof.disable()
+        prof.dump_stats(base + "-writer.prof")
+writer.Writer.run = profiled_run
+prof = cProfile.Profile(time.thread_time)
+prof.enable()
+try:
+    main()
+finally:
+    prof.disable()
+    prof.dump_stats(base + "-loop.prof")
+"""
 BATCH = 1000
 
 
@@ -104,17 +134,27 @@ class Database:
                 conn.execute(f"DROP DATABASE IF EXISTS {self.name} WITH (FORCE)")
 
 
-def start_service(db: str, tmp: Path, hot_path: bool) -> tuple[subprocess.Popen[bytes], str]:
+def start_service(
+    db: str, tmp: Path, hot_path: bool, policy: str | None = None, source: Path = ROOT
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``desched serve`` on a free port, run from the source tree ``source``."""
     port = free_port()
     env = {
         **os.environ,
+        "PYTHONPATH": str(source),
         "DESCHED_HOT_PATH": "true" if hot_path else "false",
         "DESCHED_DB": db,
         "DESCHED_LEASE_S": "600",
         "DESCHED_LOG_DIR": str(tmp / "logs"),
         "DESCHED_PREDICTOR_REGISTRY": str(tmp / "no-registry"),
     }
-    proc = subprocess.Popen(serve_argv(port), cwd=ROOT, env=env)
+    options = ("--policy", policy) if policy else ()
+    argv = serve_argv(port, *options)
+    if PROFILE_DIR is not None:
+        PROFILE_DIR.mkdir(parents=True, exist_ok=True)
+        env["DESCHED_BENCH_PROFILE"] = str(PROFILE_DIR / f"serve-{port}")
+        argv[1:3] = ["-c", PROFILED_SERVE]
+    proc = subprocess.Popen(argv, cwd=source, env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -130,27 +170,56 @@ def start_service(db: str, tmp: Path, hot_path: bool) -> tuple[subprocess.Popen[
     raise SystemExit("service did not start")
 
 
-def preload(url: str, token: str, n: int, tenants: list[str]) -> float:
-    """Submit ``n`` tasks in batches; returns tasks per second."""
+def preload(url: str, tenants: list[str], wanted: dict[int, int]) -> float:
+    """Submit ``wanted[k]`` tasks as tenant ``k`` (bearer ``tenants[k]``), in batches of at
+    most ``BATCH``; returns tasks per second."""
     t0 = time.perf_counter()
+    n = 0
     with httpx.Client(base_url=url, timeout=60) as client:
-        for start in range(0, n, BATCH):
-            size = min(BATCH, n - start)
-            body = [
-                {
-                    "task_type": "extract",
-                    "document_ref": f"s3://docs/{start + j}.pdf",
-                    "doc_bytes": 1000 + j,
-                    "pages": 1 + j % 7,
-                }
-                for j in range(size)
-            ]
-            tenant_token = tenants[(start // BATCH) % len(tenants)] if tenants else token
-            r = client.post(
-                "/v1/tasks", json=body, headers={"Authorization": f"Bearer {tenant_token}"}
-            )
-            r.raise_for_status()
-    return n / (time.perf_counter() - t0)
+        for k, count in wanted.items():
+            for start in range(0, count, BATCH):
+                size = min(BATCH, count - start)
+                body = [
+                    {
+                        "task_type": "extract",
+                        "document_ref": f"s3://docs/{k}/{start + j}.pdf",
+                        "doc_bytes": 1000 + j,
+                        "pages": 1 + j % 7,
+                    }
+                    for j in range(size)
+                ]
+                r = client.post(
+                    "/v1/tasks", json=body, headers={"Authorization": f"Bearer {tenants[k]}"}
+                )
+                if r.status_code not in (200, 201):
+                    raise RuntimeError(f"submit answered {r.status_code}: {r.text[:300]}")
+                n += size
+    return n / max(time.perf_counter() - t0, 1e-9)
+
+
+def backlog(url: str) -> dict[str, int]:
+    """Queued tasks per tenant name, from ``desched_queue_length{tenant}`` in /metrics."""
+    out: dict[str, int] = {}
+    for line in httpx.get(f"{url}/metrics", timeout=30).text.splitlines():
+        if line.startswith("desched_queue_length{"):
+            name = line.split('tenant="', 1)[1].split('"', 1)[0]
+            out[name] = int(float(line.split()[-1]))
+    return out
+
+
+def top_up(url: str, tenants: list[str], per_tenant: int) -> float:
+    """Bring every tenant back to ``per_tenant`` queued tasks; tasks per second."""
+    queued_now = backlog(url)
+    wanted = {
+        k: per_tenant - queued_now.get(tenant_name(k), 0)
+        for k in range(len(tenants))
+        if queued_now.get(tenant_name(k), 0) < per_tenant
+    }
+    return preload(url, tenants, wanted) if wanted else float("nan")
+
+
+def tenant_name(k: int) -> str:
+    return f"tenant{k:04d}"
 
 
 def cpu_s(pid: int) -> float:
@@ -415,19 +484,18 @@ def anchor(db: Database, n: int, workers: int, seconds: float) -> dict[str, Any]
     }
 
 
-def queued(url: str) -> int:
-    return int(httpx.get(f"{url}/healthz", timeout=10).json()["queued"])
-
-
 def phase(
     proc: subprocess.Popen[bytes], url: str, token: str, workers: int, seconds: float, **kw: Any
 ) -> dict[str, Any]:
-    """One timed run of the workers, with the service's CPU time over it."""
+    """One timed run of the workers, with the service's CPU time over it and the machine's
+    1-minute load average as it started."""
+    load = os.getloadavg()[0]
     cpu0, wall0 = cpu_s(proc.pid), time.perf_counter()
     out = asyncio.run(run_workers(url, token, workers, seconds, **kw))
     cpu = cpu_s(proc.pid) - cpu0
     out["server_cpu_share"] = cpu / (time.perf_counter() - wall0)
     out["server_cpu_ms_per_decision"] = 1e3 * cpu / max(out["decisions"], 1)
+    out["load_avg_1m"] = load
     return out
 
 
@@ -437,15 +505,28 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {**{k: statistics.median(r[k] for r in runs) for k in keys}, "runs": runs}
 
 
+def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One configuration's result over its rounds: medians of each measurement's runs."""
+    out = {**runs[0], "repeats": len(runs)}
+    for key in ("service", "service_poll_only", "anchor"):
+        if runs[0][key] is not None:
+            out[key] = median_of([x for r in runs for x in r[key]["runs"]])
+    out["rss_peak_mb"] = max(r["rss_peak_mb"] for r in runs)
+    return out
+
+
 def bench(
     kind: str,
     n: int,
+    tenants: int,
+    policy: str | None,
     workers: int,
     seconds: float,
     repeats: int,
     client: str,
     hot_path: bool,
     with_anchor: bool,
+    source: tuple[str, Path] = ("this tree", ROOT),
 ) -> dict[str, Any]:
     from desched.service.records import Role
     from desched.service.store import Store
@@ -453,33 +534,36 @@ def bench(
     variant = "hot path" if hot_path else "FastAPI routes only"
     tmp = Path(tempfile.mkdtemp(prefix=f"bench-service-{kind}-"))
     db = Database(kind, tmp)
-    tag = f"[{kind}, {variant}]"
+    tag = f"[{kind}, {variant}, {source[0]}]"
     try:
         store = Store(db.url)
         store.migrate()
-        tenant_tokens = [store.add_principal(Role.TENANT, f"tenant{k:02d}") for k in range(16)]
+        tenant_tokens = [store.add_principal(Role.TENANT, tenant_name(k)) for k in range(tenants)]
+        per_tenant = n // tenants
         worker_token = store.add_principal(Role.WORKER, "bench")
         store.close()
-        proc, url = start_service(db.url, tmp, hot_path)
+        proc, url = start_service(db.url, tmp, hot_path, policy, source[1])
         full: list[dict[str, Any]] = []
         poll_only: list[dict[str, Any]] = []
         try:
             rss_idle, _ = rss_mb(proc.pid)
-            submit_rate = preload(url, tenant_tokens[0], n, tenant_tokens)
+            submit_rate = top_up(url, tenant_tokens, per_tenant)
             rss_loaded, _ = rss_mb(proc.pid)
+            live_policy = httpx.get(f"{url}/healthz", timeout=10).json()["policy"]
             print(
-                f"{tag} preloaded {n} tasks at {submit_rate:,.0f}/s; RSS {rss_loaded:.0f} MiB",
+                f"{tag} policy {live_policy}: preloaded {per_tenant} tasks for each of "
+                f"{tenants} tenants at {submit_rate:,.0f}/s; RSS {rss_loaded:.0f} MiB",
                 file=sys.stderr,
             )
             for r in range(repeats):
-                # Every timed run starts with ``n`` tasks queued: top the queue up first.
-                preload(url, tenant_tokens[0], n - queued(url), tenant_tokens)
+                # Every timed run starts with every tenant's queue full: top them up first.
+                top_up(url, tenant_tokens, per_tenant)
                 full.append(phase(proc, url, worker_token, workers, seconds, client_kind=client))
                 full[-1].update(server_latency(url))
                 print(
                     f"{tag} repeat {r + 1}/{repeats} poll + complete: {full[-1]}", file=sys.stderr
                 )
-                preload(url, tenant_tokens[0], n - queued(url), tenant_tokens)
+                top_up(url, tenant_tokens, per_tenant)
                 poll_only.append(
                     phase(
                         proc,
@@ -503,7 +587,11 @@ def bench(
         return {
             "backend": kind,
             "variant": variant,
-            "queued_tasks": n,
+            "queued_tasks": per_tenant * tenants,
+            "tenants": tenants,
+            "policy": live_policy,
+            "source": source[0],
+            "source_dir": str(source[1]),
             "workers": workers,
             "seconds": seconds,
             "repeats": repeats,
@@ -523,7 +611,20 @@ def bench(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backends", default="sqlite,postgres")
-    ap.add_argument("--tasks", type=int, default=100_000)
+    ap.add_argument("--tasks", type=int, default=100_000, help="tasks queued, over all tenants")
+    ap.add_argument(
+        "--tenants",
+        type=int,
+        default=1000,
+        help="tenants sharing the queue, each with tasks/tenants queued (the 16-tenant figures "
+        "of earlier runs used --tenants 16)",
+    )
+    ap.add_argument(
+        "--policies",
+        default="default",
+        help="policies the service runs, comma-separated, each measured in turn in this run; "
+        "'default' is the service's default policy (e.g. default,fifo: the policy's share)",
+    )
     ap.add_argument("--workers", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=20.0, help="length of a poll + complete run")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per backend (medians)")
@@ -539,24 +640,60 @@ def main() -> None:
         help="service variants, comma-separated: hot (the default service, with its hot path) "
         "and fastapi (DESCHED_HOT_PATH=false: every request through the FastAPI routes)",
     )
+    ap.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="run the service under cProfile (event loop and writer thread), profiles in DIR "
+        "(profiling slows it: figures of such a run are not comparable)",
+    )
+    ap.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        help="also run the service from this source tree (e.g. `git worktree add /tmp/before "
+        "HEAD~3`), in the same rounds: before and after in one run",
+    )
     args = ap.parse_args()
+    global PROFILE_DIR
+    PROFILE_DIR = args.profile
     variants = args.variants.split(",")
+    if not 1 <= args.tenants <= args.tasks:
+        ap.error(f"--tenants {args.tenants}: must be between 1 and --tasks ({args.tasks})")
     if not set(variants) <= {"hot", "fastapi"}:
         ap.error(f"--variants: unknown variant in {args.variants!r} (use hot, fastapi)")
-    results = [
-        bench(
-            kind,
-            args.tasks,
-            args.workers,
-            args.seconds,
-            args.repeats,
-            args.client,
-            hot_path=variant == "hot",
-            with_anchor=j == 0,
-        )
+    sources = [("this tree", ROOT)]
+    if args.before is not None:
+        sources.append(("before", args.before.resolve()))
+    configs = [
+        (kind, policy, source, variant)
         for kind in args.backends.split(",")
-        for j, variant in enumerate(variants)
+        for policy in args.policies.split(",")
+        for source in sources
+        for variant in variants
     ]
+    # Repeats are the outer loop: every configuration gets one run per round, so a drift in
+    # the machine's load falls on all of them alike.
+    rounds = [
+        [
+            bench(
+                kind,
+                args.tasks,
+                args.tenants,
+                None if policy == "default" else policy,
+                args.workers,
+                args.seconds,
+                1,
+                args.client,
+                hot_path=variant == "hot",
+                with_anchor=c == 0,
+                source=source,
+            )
+            for c, (kind, policy, source, variant) in enumerate(configs)
+        ]
+        for _ in range(args.repeats)
+    ]
+    results = [merge([one[c] for one in rounds]) for c in range(len(configs))]
     payload = {"machine": machine(), "results": results}
     path = write_json("service.json", payload)
     rows = []
@@ -572,24 +709,28 @@ def main() -> None:
             rows.append(
                 [
                     r["backend"],
+                    f"{r['policy']}, {r['tenants']} tenants, {r['source']}" if served else "",
                     name,
                     f"{x['decisions_per_s']:,.0f}",
                     f"{x['poll_p50_ms']:.2f}",
                     f"{x['poll_p99_ms']:.2f}",
                     f"{x['server_cpu_ms_per_decision']:.2f}" if served else "",
                     f"{r['rss_with_queue_mb']:.0f}" if served else "",
+                    f"{x['load_avg_1m']:.1f}" if served else "",
                 ]
             )
     print(
         markdown_table(
             [
                 "database",
+                "policy",
                 "queue",
                 "decisions/s",
                 "poll p50 ms",
                 "poll p99 ms",
                 "server CPU ms/decision",
                 "service RSS MiB",
+                "load avg 1m",
             ],
             rows,
         )

@@ -12,20 +12,38 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from desched.errors import DeschedError
+
 Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
 DEFAULT_WINDOWS = 20
+MAX_WINDOWS = 1000  # a run is cut into at most this many windows (window_edges)
+PAIR_CHUNK = 1 << 21  # (tenant, window) points evaluated at once in _window_lags
 BOUNDED_SLOWDOWN_FLOOR_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
 class RunArrays:
-    """Per-task arrays of a finished run, aligned by task position."""
+    """Per-task arrays of a finished run, aligned by task position.
 
-    tenant: npt.NDArray[np.str_] | npt.NDArray[np.object_]
+    ``tenant`` holds the tenant names, or, when ``tenant_names`` (sorted, distinct, each with
+    a task) is given, integer codes into it: sorting a million strings costs more than the
+    rest of the metrics together, and a data frame library finds the codes much faster.
+    """
+
+    tenant: npt.NDArray[np.str_] | npt.NDArray[np.object_] | npt.NDArray[np.int64]
     submit_s: Floats
     duration_s: Floats
     start_s: Floats
     end_s: Floats
+    tenant_names: npt.NDArray[np.str_] | npt.NDArray[np.object_] | None = None
+
+    def tenant_codes(self) -> tuple[npt.NDArray[Any], Ints]:
+        """The distinct tenant names, sorted, and each task's index into them."""
+        if self.tenant_names is not None:
+            return np.asarray(self.tenant_names), np.asarray(self.tenant, dtype=np.int64)
+        names, codes = np.unique(self.tenant, return_inverse=True)
+        return names, codes.astype(np.int64).reshape(-1)
 
     @property
     def wait_s(self) -> Floats:
@@ -58,58 +76,158 @@ def _p(x: Floats, q: float) -> float:
     return float(np.percentile(x, q)) if x.size else math.nan
 
 
-def _service_by(start: Floats, end: Floats, at: Floats) -> Floats:
-    """Service (busy seconds) received by times ``at`` from runs ``[start, end)``.
-
-    ``sum_i clip(x - start_i, 0, end_i - start_i) = sum_{start_i<=x}(x - start_i)
-    - sum_{end_i<=x}(x - end_i)``, evaluated with prefix sums: O((n + w) log n).
-    """
-    s = np.sort(start)
-    e = np.sort(end)
-    cs = np.concatenate(([0.0], np.cumsum(s)))
-    ce = np.concatenate(([0.0], np.cumsum(e)))
-    ns = np.searchsorted(s, at, side="right")
-    ne = np.searchsorted(e, at, side="right")
-    return (ns * at - cs[ns]) - (ne * at - ce[ne])
-
-
-def _backlogged_throughout(
-    submit: Floats, start: Floats, lo: Floats, hi: Floats
-) -> npt.NDArray[np.bool_]:
-    """Whether a tenant had a queued task at every instant of each window ``[lo, hi)``.
-
-    A task is queued over ``[submit, start)``. The queued count is a step function; the window
-    qualifies when the count is positive at ``lo`` and does not drop to zero before ``hi``.
-    """
-    times = np.concatenate((submit, start))
-    steps = np.concatenate((np.ones(submit.size), -np.ones(start.size)))
-    order = np.argsort(times, kind="stable")
-    times, steps = times[order], steps[order]
-    uniq, first = np.unique(times, return_index=True)
-    count_after = np.cumsum(steps)[np.r_[first[1:] - 1, times.size - 1]]
-    zero = count_after <= 0
-    zeros_before = np.concatenate(([0], np.cumsum(zero)))
-    at_lo = np.searchsorted(uniq, lo, side="right") - 1
-    positive_at_lo = np.where(at_lo >= 0, count_after[np.maximum(at_lo, 0)] > 0, False)
-    first_after_lo = np.searchsorted(uniq, lo, side="right")
-    first_at_hi = np.searchsorted(uniq, hi, side="left")
-    zeros_inside = zeros_before[first_at_hi] - zeros_before[first_after_lo]
-    return np.asarray(positive_at_lo & (zeros_inside == 0), dtype=np.bool_)
+def _group_percentile(codes: Ints, values: Floats, counts: Ints, q: float) -> Floats:
+    """Per-group ``np.percentile(values[codes == k], q)`` (linear method) for every group ``k``
+    with at least one value, all groups at once: O(n log n)."""
+    order = np.lexsort((values, codes))
+    v = values[order]
+    first = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    virtual = (q / 100.0) * (counts - 1).astype(np.float64)
+    below = np.floor(virtual).astype(np.int64)
+    above = np.minimum(below + 1, counts - 1)
+    frac = virtual - below
+    a = v[first + below]
+    b = v[first + above]
+    diff = b - a
+    # numpy's _lerp: from the nearer end, so that the result stays within [a, b]
+    return np.asarray(np.where(frac >= 0.5, b - diff * (1.0 - frac), a + diff * frac),
+                      dtype=np.float64)
 
 
 def window_edges(submit_s: Floats, end_s: Floats, window_s: float | None) -> Floats:
     """Window boundaries from the first submission to the last completion.
 
     The default length is the submission span divided by ``DEFAULT_WINDOWS``, so every policy
-    run on one trace is cut into the same windows.
+    run on one trace is cut into the same windows. The length is never less than the run's
+    span (first submission to last completion) over ``MAX_WINDOWS``, so a run has at most
+    ``MAX_WINDOWS`` windows whatever is asked (a 1-s burst served for hours would otherwise be
+    cut into hundreds of thousands); the summary states the length used and the count.
     """
+    if window_s is not None and not (math.isfinite(window_s) and window_s > 0):
+        raise DeschedError(f"window_s must be a positive number of seconds, got {window_s}")
     t0 = float(submit_s.min())
     t1 = float(end_s.max())
     if window_s is None:
         span = float(submit_s.max()) - t0
         window_s = span / DEFAULT_WINDOWS if span > 0 else max(t1 - t0, 1.0)
+    # the factor keeps ceil() at MAX_WINDOWS despite rounding of the division
+    window_s = max(window_s, (t1 - t0) / MAX_WINDOWS * (1.0 + 1e-12))
     count = max(1, math.ceil((t1 - t0) / window_s))
     return np.asarray(t0 + window_s * np.arange(count + 1), dtype=np.float64)
+
+
+def _busy_runs(codes: Ints, submit: Floats, start: Floats) -> tuple[Ints, Floats, Floats]:
+    """Per tenant, the maximal intervals ``[p, q)`` over which it had a queued task.
+
+    A task is queued over ``[submit, start)``; events at one instant are applied together, so
+    an interval ends at the first instant after which the tenant's queued count is zero.
+    Returns (tenant code, p, q) of every interval: one sort of the 2n events.
+    """
+    ev_code = np.concatenate((codes, codes))
+    ev_t = np.concatenate((submit, start))
+    ev_step = np.concatenate((np.ones(codes.size, np.int64), -np.ones(codes.size, np.int64)))
+    order = np.lexsort((ev_t, ev_code))
+    c, t = ev_code[order], ev_t[order]
+    # every tenant's steps sum to zero, so the running total is each tenant's own count
+    count = np.cumsum(ev_step[order])
+    last = np.ones(c.size, dtype=bool)
+    last[:-1] = (c[1:] != c[:-1]) | (t[1:] != t[:-1])
+    g_code, g_t, positive = c[last], t[last], count[last] > 0
+    before = np.concatenate(([False], positive[:-1]))
+    opens, closes = positive & ~before, ~positive & before
+    return g_code[opens], g_t[opens], g_t[closes]
+
+
+def _window_lags(
+    codes: Ints, n_tenants: int, run: RunArrays, edges: Floats
+) -> tuple[Floats, Ints]:
+    """Per window ``[lo, hi)``: the service lag (largest minus smallest service received in it)
+    among the tenants backlogged throughout it, and how many those were.
+
+    A tenant is backlogged throughout a window when one of its busy runs ``[p, q)`` has
+    ``p <= lo`` and ``hi <= q``; the windows of a run are a contiguous range found by two
+    binary searches. Service by time ``x`` is ``sum_{start<=x}(x - start) - sum_{end<=x}(x -
+    end)`` over the tenant's tasks, from per-tenant prefix sums (extended precision) found by
+    one binary search over (tenant, time rank) keys. Cost O((n + P) log n) where P is the
+    number of (tenant, window) pairs that qualify, at most tenants x windows; the pairs are
+    handled in chunks so memory stays O(n + chunk).
+    """
+    lo, hi = edges[:-1], edges[1:]
+    n_windows = lo.size
+    most = np.full(n_windows, -np.inf)
+    least = np.full(n_windows, np.inf)
+    backlogged = np.zeros(n_windows, dtype=np.int64)
+    run_code, p, q = _busy_runs(codes, run.submit_s, run.start_s)
+    first = np.searchsorted(lo, p, side="left")
+    stop = np.searchsorted(hi, q, side="right")
+    keep = stop > first
+    run_code, first, stop = run_code[keep], first[keep], stop[keep]
+    if run_code.size == 0:
+        return np.zeros(n_windows), backlogged
+    values = np.unique(np.concatenate((run.start_s, run.end_s, edges)))
+    ranks = values.size
+    edge_rank = np.searchsorted(values, edges)
+    counts = np.bincount(codes, minlength=n_tenants)
+    seg0 = np.concatenate(([0], np.cumsum(counts)[:-1]))
+
+    def side(times: Floats) -> tuple[Ints, npt.NDArray[np.longdouble]]:
+        order = np.lexsort((times, codes))
+        ts = times[order]
+        key = codes[order].astype(np.int64) * ranks + np.searchsorted(values, ts)
+        prefix = np.concatenate(([0.0], np.cumsum(ts.astype(np.longdouble))))
+        return key, prefix
+
+    start_key, start_sum = side(run.start_s)
+    end_key, end_sum = side(run.end_s)
+
+    def service_at(k: Ints, e: Ints) -> npt.NDArray[np.longdouble]:
+        x = edges[e].astype(np.longdouble)
+        qkey = k * ranks + edge_rank[e]
+        total = np.zeros(k.size, dtype=np.longdouble)
+        for key, prefix, sign in ((start_key, start_sum, 1), (end_key, end_sum, -1)):
+            at = np.searchsorted(key, qkey, side="right")
+            below = at - seg0[k]
+            total += sign * (below * x - (prefix[at] - prefix[seg0[k]]))
+        return total
+
+    points = stop - first + 1  # edges first..stop of each run
+    ends = np.cumsum(points)
+    lo_run = 0
+    while lo_run < run_code.size:
+        base = ends[lo_run - 1] if lo_run else 0
+        hi_run = max(int(np.searchsorted(ends, base + PAIR_CHUNK, side="right")), lo_run + 1)
+        span = points[lo_run:hi_run]
+        which = np.repeat(np.arange(lo_run, hi_run), span)
+        offset = np.arange(which.size) - np.repeat(np.cumsum(span) - span, span)
+        edge = first[which] + offset
+        service = service_at(run_code[which], edge)
+        # service in window e = S(e + 1) - S(e), within one run (drop each run's last edge)
+        inner = offset < (span - 1)[which - lo_run]
+        got = np.asarray(service[1:] - service[:-1], dtype=np.float64)[inner[:-1]]
+        win = edge[:-1][inner[:-1]]
+        np.maximum.at(most, win, got)
+        np.minimum.at(least, win, got)
+        backlogged += np.bincount(win, minlength=n_windows)
+        lo_run = hi_run
+    lag = np.where(backlogged >= 2, most - least, 0.0)
+    return np.asarray(lag, dtype=np.float64), backlogged
+
+
+def _window_jain(
+    codes: Ints, n_tenants: int, slow: Floats, window_of: Ints, n_windows: int
+) -> Floats:
+    """Per window, Jain's index over the per-tenant mean slowdown of the tasks submitted in it
+    (NaN for a window without submissions): one sort of (window, tenant) keys."""
+    key = window_of.astype(np.int64) * n_tenants + codes
+    pairs, inverse = np.unique(key, return_inverse=True)
+    mean = np.bincount(inverse, weights=slow) / np.bincount(inverse)
+    win = pairs // n_tenants
+    total = np.bincount(win, weights=mean, minlength=n_windows)
+    squares = np.bincount(win, weights=mean * mean, minlength=n_windows)
+    members = np.bincount(win, minlength=n_windows)
+    safe = np.where(squares > 0, squares, 1.0) * np.maximum(members, 1)
+    value = np.where(squares > 0, total * total / safe, 1.0)
+    return np.where(members > 0, value, math.nan)
 
 
 def summarize(run: RunArrays, workers: int, window_s: float | None = None) -> dict[str, Any]:
@@ -118,53 +236,44 @@ def summarize(run: RunArrays, workers: int, window_s: float | None = None) -> di
     Returns the whole-run figures, ``per_tenant`` (tenant -> tasks, mean and p99 wait, mean
     slowdown, service) and ``windows`` (per window: tasks submitted, Jain's index over the
     per-tenant mean slowdown of tasks submitted in it, the service lag among tenants
-    backlogged throughout it, and how many such tenants there were).
+    backlogged throughout it, and how many such tenants there were), with ``window_s`` and
+    ``windows_count`` (see ``window_edges``). Cost O(n log n + P log n), P the (tenant,
+    window) pairs with the tenant backlogged throughout the window, whatever the window
+    length; ``desched.metrics_naive.summarize`` is the loop-by-loop reference.
     """
     wait, resp, slow = run.wait_s, run.response_s, run.slowdown
-    tenants, codes = np.unique(run.tenant, return_inverse=True)
-    per_tenant: dict[str, dict[str, float]] = {}
-    mean_slow = np.zeros(tenants.size)
-    by_tenant = np.argsort(codes, kind="stable")
-    bounds = np.searchsorted(codes[by_tenant], np.arange(tenants.size + 1))
-    edges = window_edges(run.submit_s, run.end_s, window_s)
-    lo, hi = edges[:-1], edges[1:]
-    service_at = np.zeros((tenants.size, edges.size))
-    backlogged = np.zeros((tenants.size, lo.size), dtype=bool)
-    for k, name in enumerate(tenants):
-        idx = by_tenant[bounds[k] : bounds[k + 1]]
-        mean_slow[k] = float(slow[idx].mean())
-        per_tenant[str(name)] = {
-            "tasks": int(idx.size),
-            "mean_wait_s": float(wait[idx].mean()),
-            "p99_wait_s": _p(wait[idx], 99),
-            "mean_slowdown": mean_slow[k],
-            "service_s": float(run.duration_s[idx].sum()),
+    tenants, codes = run.tenant_codes()
+    n_tenants = tenants.size
+    counts = np.bincount(codes, minlength=n_tenants)
+    mean_slow = np.bincount(codes, weights=slow, minlength=n_tenants) / counts
+    mean_wait = np.bincount(codes, weights=wait, minlength=n_tenants) / counts
+    p99_wait = _group_percentile(codes, wait, counts, 99)
+    service = np.bincount(codes, weights=run.duration_s, minlength=n_tenants)
+    per_tenant = {
+        str(name): {
+            "tasks": c, "mean_wait_s": mw, "p99_wait_s": pw, "mean_slowdown": ms, "service_s": sv,
         }
-        service_at[k] = _service_by(run.start_s[idx], run.end_s[idx], edges)
-        backlogged[k] = _backlogged_throughout(run.submit_s[idx], run.start_s[idx], lo, hi)
-    service_in = np.diff(service_at, axis=1)
-    window_of = np.clip(np.searchsorted(edges, run.submit_s, side="right") - 1, 0, lo.size - 1)
-    windows = []
-    for w in range(lo.size):
-        mask = backlogged[:, w]
-        lag = float(np.ptp(service_in[mask, w])) if mask.sum() >= 2 else 0.0
-        in_w = window_of == w
-        if in_w.any():
-            sums = np.bincount(codes[in_w], weights=slow[in_w], minlength=tenants.size)
-            counts = np.bincount(codes[in_w], minlength=tenants.size)
-            jain_w = jain(sums[counts > 0] / counts[counts > 0])
-        else:
-            jain_w = math.nan
-        windows.append(
-            {
-                "start_s": float(lo[w]),
-                "end_s": float(hi[w]),
-                "tasks": int(in_w.sum()),
-                "jain_slowdown": jain_w,
-                "service_lag_s": lag,
-                "backlogged_tenants": int(mask.sum()),
-            }
+        for name, c, mw, pw, ms, sv in zip(
+            tenants.tolist(), counts.tolist(), mean_wait.tolist(), p99_wait.tolist(),
+            mean_slow.tolist(), service.tolist(),
         )
+    }
+    edges = window_edges(run.submit_s, run.end_s, window_s)
+    n_windows = edges.size - 1
+    window_of = np.clip(np.searchsorted(edges, run.submit_s, side="right") - 1, 0, n_windows - 1)
+    submitted = np.bincount(window_of, minlength=n_windows)
+    jain_w = _window_jain(codes, n_tenants, slow, window_of, n_windows)
+    lag, backlogged = _window_lags(codes, n_tenants, run, edges)
+    windows = [
+        {
+            "start_s": a, "end_s": b, "tasks": c, "jain_slowdown": j, "service_lag_s": g,
+            "backlogged_tenants": m,
+        }
+        for a, b, c, j, g, m in zip(
+            edges[:-1].tolist(), edges[1:].tolist(), submitted.tolist(), jain_w.tolist(),
+            lag.tolist(), backlogged.tolist(),
+        )
+    ]
     makespan = float(run.end_s.max() - run.submit_s.min())
     return {
         "tasks": int(wait.size),
@@ -176,10 +285,11 @@ def summarize(run: RunArrays, workers: int, window_s: float | None = None) -> di
         "mean_slowdown": float(slow.mean()),
         "mean_bounded_slowdown": float(run.bounded_slowdown.mean()),
         "jain_slowdown": jain(mean_slow),
-        "max_service_lag_s": max((w["service_lag_s"] for w in windows), default=0.0),
+        "max_service_lag_s": float(lag.max()) if lag.size else 0.0,
         "utilization": float(run.duration_s.sum() / (workers * makespan)) if makespan > 0 else 0.0,
         "makespan_s": makespan,
         "window_s": float(edges[1] - edges[0]),
+        "windows_count": int(n_windows),
         "per_tenant": per_tenant,
         "windows": windows,
     }

@@ -17,12 +17,16 @@ import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from desched.errors import DeschedError
 from desched.policies.base import Policy
 from desched.trace import TaskTable
+
+if TYPE_CHECKING:
+    from desched.controls import Gate
 
 ProgressFn = Callable[[int], None]
 PROGRESS_EVERY = 16384
@@ -92,12 +96,16 @@ def simulate(
     workers: int,
     *,
     progress: ProgressFn | None = None,
+    gate: Gate | None = None,
 ) -> SimResult:
     """Run every task of ``tasks`` on ``workers`` workers under ``policy``.
 
     Every task starts exactly once, at or after its submission, and runs without preemption.
     Cost: O(n log n) for the event handling plus the policy's own cost per decision.
     ``progress`` is called with the number of decisions so far every ``PROGRESS_EVERY``.
+    ``gate`` (``desched.controls``) applies tenant caps and priority levels: an idle worker
+    then gets the gate's choice, or nothing when every queued task's tenant is at its cap
+    (it idles until the next completion or arrival).
     """
     if workers < 1:
         raise DeschedError(f"workers must be >= 1, got {workers}")
@@ -124,6 +132,11 @@ def simulate(
     # a policy that ignores completion records is not called for them (a generic shortcut,
     # the same for every policy that keeps the base no-op)
     complete = None if type(policy).complete is Policy.complete else policy.complete
+    if gate is not None:
+        from desched.controls import GatedQueue
+
+        gated = GatedQueue(policy, gate)
+        push, pop, complete = gated.push, gated.pop, gated.complete  # type: ignore[assignment]
     heappush, heappop = heapq.heappush, heapq.heappop
     inf = math.inf
     queued = 0
@@ -153,8 +166,10 @@ def simulate(
             push(i, t)
             queued += 1
         while idle and queued:
-            w = heappop(idle)
             i = pop(t)
+            if i is None:  # only behind a gate: every queued tenant is at its cap
+                break
+            w = heappop(idle)
             d_task.append(i)
             d_score.append(policy.score)
             if n_parts:

@@ -135,6 +135,8 @@ class TaskTable:
     duration_s: list[float]
     predicted_s: list[float]
     tenant_index: dict[str, int] = field(default_factory=dict)
+    tenant_weight: dict[int, float] = field(default_factory=dict)
+    """Tenant weights (``desched.controls``) by code; a tenant not here has weight 1."""
 
     def __post_init__(self) -> None:
         if not self.tenant_index:
@@ -170,6 +172,12 @@ class TaskTable:
             predicted_s=predicted,
             tenant_index=code,
         )
+
+    def charge(self, k: int, service_s: float) -> float:
+        """``service_s`` as tenant ``k``'s counters count it: divided by its weight (weight 1,
+        the default, divides by nothing, so unweighted runs keep their exact bits)."""
+        w = self.tenant_weight.get(k)
+        return service_s if w is None else service_s / w
 
     def tenant_code(self, name: str) -> int:
         """The code of ``name``, adding the tenant if it is new (live service)."""

@@ -17,6 +17,114 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
 
+# Markers (registered in pyproject.toml). `pytest -m "not slow"` (make test-fast) is the inner
+# loop; `make test` and CI run everything.
+#
+# e2e: the test starts a server or subprocess that it talks to over HTTP (``desched serve``,
+# a Prefect server and worker), or runs a Prefect flow (any test using ``prefect_harness``,
+# directly or through a fixture). Every e2e test is also slow.
+E2E_MODULES = {
+    "test_deploy.py",
+    "test_live_demo.py",
+    "test_service.py",
+    "test_service_fuzz.py",
+    "test_service_ha.py",
+    "test_service_tenancy.py",
+}
+# Tests of those modules that start no server: the CLI in this process, a fake transport,
+# the admin CLI refusing bad arguments.
+NOT_E2E: dict[str, tuple[str, ...]] = {
+    "test_service.py": ("test_tenants_add_prints_a_token_that_is_stored_hashed",),
+    "test_service_ha.py": (
+        "test_the_worker_client_fails_over_between_addresses_and_backs_off_until_one_serves",
+    ),
+    "test_service_tenancy.py": (
+        "test_the_admin_commands_refuse_bad_expiries_and_names_in_one_line",
+    ),
+}
+# slow, besides e2e: every test that took 2 s or more (setup, call and teardown, summed over
+# its parameters) in `pytest --durations=0` of the whole suite (2026-12-03, 2 cores at load
+# 13-19, so about 0.5 s or more on a quiet machine), except the golden decisions, which the
+# inner loop keeps, and modules whose shared fixture is slow. "*" marks a whole module.
+SLOW: dict[str, tuple[str, ...]] = {
+    "test_architecture.py": ("test_the_wheel_claims_only_the_desched_name",),
+    "test_enrich.py": ("test_the_pinned_weights_refuse_a_tampered_copy",),
+    "test_evaluate.py": ("test_cells_run_on_spawned_processes_equal_the_cells_run_in_this_one",),
+    "test_ingest.py": ("*",),
+    "test_memory_dispatch.py": ("test_no_poll_gets_a_task_that_does_not_fit_and_no_task_is_lost",),
+    "test_policies_fair.py": (
+        "test_fast_policy_equals_its_naive_twin_when_some_tasks_lack_a_prediction",
+    ),
+    "test_policies_predicted.py": (
+        "test_the_kinetic_tournament_agrees_with_a_brute_force_maximum_at_every_query",
+    ),
+    "test_policy_contract.py": (
+        "test_fast_policy_gives_the_same_decisions_as_its_naive_twin",
+        "test_pop_fitting_takes_the_first_fitting_task_of_the_pop_sequence_and_leaves_no_trace",
+        "test_take_and_pop_fitting_of_a_fast_policy_match_its_naive_twin",
+        "test_pop_is_pop_fitting_that_accepts_everything_and_take_of_its_winner",
+        "test_a_removed_task_is_never_dispatched_and_no_task_is_lost",
+        "test_every_task_runs_exactly_once_and_never_before_its_submission",
+        "test_a_task_withdrawn_at_once_leaves_no_trace_while_its_tenant_stays_queued",
+        "test_a_worker_never_runs_two_tasks_at_once_and_is_never_idle_while_work_waits",
+        "test_the_simulation_is_deterministic",
+        "test_a_policy_declares_per_tenant_state_exactly_when_it_keeps_some",
+    ),
+    "test_policy_state.py": (
+        "test_a_policy_rebuilt_from_the_queue_and_its_saved_state_decides_as_the_original",
+        "test_fast_and_naive_policies_report_the_same_state",
+    ),
+    # Its module fixture trains and compiles a forest (lleaves): most of a minute.
+    "test_predictor.py": ("*",),
+    "test_reference_models.py": (
+        "test_the_simpy_model_gives_the_same_starts_workers_and_decisions_as_the_simulator",
+        "test_fifo_under_poisson_load_matches_the_erlang_c_mean_wait_and_wait_probability",
+        "test_the_simpy_store_fifo_gives_the_simulators_fifo_start_times",
+        "test_the_simpy_model_agrees_on_a_poisson_trace_with_unrounded_times",
+    ),
+    "test_service_hot_path.py": (
+        "test_the_hot_path_answers_every_request_as_the_fastapi_routes_do",
+    ),
+    "test_simulator.py": (
+        "test_runs_in_separate_processes_with_different_hash_seeds_decide_identically",
+    ),
+    "test_toy_policy.py": ("test_the_report_tables_and_pareto_points_include_the_toy_policy",),
+    "test_training.py": (
+        "test_a_champion_that_cannot_score_the_new_slice_is_replaced_with_the_reason",
+        "test_a_better_version_is_promoted_and_a_worse_one_is_kept_as_rejected_with_its_reason",
+        "test_the_cli_trains_predicts_and_lists_models_end_to_end",
+        "test_the_card_records_features_window_metrics_baselines_and_commit",
+    ),
+    "test_workloads.py": (
+        "test_duration_is_learnable_from_tenant_type_and_size_but_not_exactly",
+        "test_task_ids_are_s_and_seven_digits_for_fewer_than_ten_million_tasks",
+    ),
+}
+
+
+def is_e2e(module: str, name: str, fixtures: list[str]) -> bool:
+    if "prefect_harness" in fixtures:
+        return True
+    return module in E2E_MODULES and name not in NOT_E2E.get(module, ())
+
+
+def is_slow(module: str, name: str, fixtures: list[str]) -> bool:
+    named = SLOW.get(module, ())
+    return is_e2e(module, name, fixtures) or "*" in named or name in named
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these markers
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.path.name
+        name = getattr(item, "originalname", item.name)
+        fixtures = list(getattr(item, "fixturenames", ()))
+        if is_e2e(module, name, fixtures):
+            item.add_marker(pytest.mark.e2e)
+        if is_slow(module, name, fixtures):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def prefect_harness() -> Iterator[None]:
     """One Prefect test server for the whole session (about 15 s to start, once)."""

@@ -24,6 +24,7 @@ import polars as pl
 from pydantic import SerializerFunctionWrapHandler, model_serializer
 
 from desched.bench.specs import PolicySpec, TraceSpec, fingerprint, past_last_slice
+from desched.controls import Controls
 from desched.errors import DeschedError
 from desched.policies.base import Policy
 from desched.records import Record
@@ -127,20 +128,22 @@ def simulate_summary(
     window_s: float | None = None,
     seed: int = 0,
     wrap: Callable[[Policy], Policy] | None = None,
+    controls: Controls | None = None,
 ) -> RunSummary:
     """Simulate ``policy_name`` with ``params`` over ``trace`` and return its summary.
     ``wrap`` (policy -> policy) lets a caller put a controller around the policy
-    (``desched.bench.rl``) without the simulator knowing."""
+    (``desched.bench.rl``) without the simulator knowing. ``controls`` and the trace's
+    ``priority`` column apply tenant controls (``desched.controls``)."""
+    from desched.controls import controlled
     from desched.policies import make_policy
     from desched.runs import summary_of, tasks_frame
     from desched.simulator import simulate
-    from desched.trace import TaskTable
 
-    tasks = TaskTable.from_frame(trace)
+    tasks, gate = controlled(trace, controls)
     policy = make_policy(policy_name, tasks, params)
     if wrap is not None:
         policy = wrap(policy)
-    result = simulate(tasks, policy, workers)
+    result = simulate(tasks, policy, workers, gate=gate)
     return summary_of(tasks_frame(trace, result), result,
                       params=policy.params.model_dump(), seed=seed, window_s=window_s)
 

@@ -47,6 +47,16 @@ from desched.runs import RunSummary
 
 Learner = Literal["optuna", "rl"]
 
+Mapper = Callable[[Callable[..., Any], Sequence[tuple[Any, ...]]], list[Any]]
+"""``mapper(fn, args)`` is ``[fn(*a) for a in args]``, in order, wherever it runs: the
+simulations of a tuning run go through one, so that a flow can run them on a Prefect task
+runner (a Dask cluster: ``desched.flows.tune``) with the same results as here."""
+
+
+def serial_map(fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """The ``Mapper`` that runs everything here, in order."""
+    return [fn(*a) for a in args]
+
 DEFAULT_REFERENCE = "ifs-memoryless"
 """Today's scorer: the reference ``J`` is measured against unless a run names another."""
 
@@ -132,17 +142,21 @@ def default_seeds(spec: str, role: Literal["train", "heldout"]) -> list[int]:
     return list(range(n_train)) if role == "train" else list(range(count - n_held, count))
 
 
+def build_cell(spec: str, seed: int, workers: int, reference: str) -> Cell:
+    """Materialise ``(spec, seed)`` and simulate the ``reference`` scorer, at its defaults,
+    on it."""
+    tspec = TraceSpec.parse(spec)
+    frame = tspec.materialize(seed, workers)
+    ref = simulate_summary(frame, reference, {}, workers)
+    return Cell(spec, seed, frame, fingerprint(frame), _source(tspec, seed), ref)
+
+
 def build_cells(pairs: Sequence[tuple[str, int]], workers: int,
-                reference: str = DEFAULT_REFERENCE) -> list[Cell]:
-    """Materialise every (spec, seed) pair and simulate the ``reference`` scorer, at its
-    defaults, on it."""
-    cells = []
-    for spec, seed in pairs:
-        tspec = TraceSpec.parse(spec)
-        frame = tspec.materialize(seed, workers)
-        ref = simulate_summary(frame, reference, {}, workers)
-        cells.append(Cell(spec, seed, frame, fingerprint(frame), _source(tspec, seed), ref))
-    return cells
+                reference: str = DEFAULT_REFERENCE, mapper: Mapper = serial_map) -> list[Cell]:
+    """``build_cell`` of every (spec, seed) pair, through ``mapper``."""
+    for spec, _ in pairs:
+        TraceSpec.parse(spec)  # a bad spec is refused here, before anything runs
+    return mapper(build_cell, [(spec, seed, workers, reference) for spec, seed in pairs])
 
 
 def check_disjoint(train: Sequence[Cell], heldout: Sequence[Cell]) -> None:

@@ -218,3 +218,16 @@ class PolicySpec:
 def policy_spec(name: str, params: Mapping[str, Any] | None = None) -> str:
     """The policy spec of ``name`` with ``params`` (``NAME`` alone without any)."""
     return f"{name}?{urlencode(dict(params), safe='/:')}" if params else name
+
+
+def workers_for(frame: pl.DataFrame, load: float) -> int:
+    """The worker count whose offered load ``total work / submission span / workers`` is
+    closest to ``load`` (at least 1)."""
+    span = float(frame["submit_s"].max()) - float(frame["submit_s"].min())  # type: ignore[arg-type]
+    work = float(frame["duration_s"].sum())
+    return max(1, round(work / (span * load))) if span > 0 else 1
+
+
+def offered_load(frame: pl.DataFrame, workers: int) -> float:
+    span = float(frame["submit_s"].max()) - float(frame["submit_s"].min())  # type: ignore[arg-type]
+    return float(frame["duration_s"].sum()) / (span * workers) if span > 0 else math.inf

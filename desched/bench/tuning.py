@@ -33,6 +33,7 @@ from desched.bench.learning import (
     Cell,
     Learner,
     LearnerResult,
+    Mapper,
     Objective,
     RunScore,
     build_cells,
@@ -42,6 +43,7 @@ from desched.bench.learning import (
     reference_label,
     reference_of,
     run_on,
+    serial_map,
 )
 from desched.bench.rl import Controller, agent_controller, run_controlled, tune_rl
 from desched.bench.specs import TraceSpec
@@ -67,12 +69,14 @@ def tune_optuna(
     trials: int,
     objective: Objective,
     seed: int = 0,
+    mapper: Mapper = serial_map,
 ) -> LearnerResult:
     """TPE search over the policy's search space, starting from its start points and then
     its defaults (for ``ifs-counter``: 0.1 / 0.9 with no service term, then its defaults).
 
-    Cost: ``trials * len(train)`` simulations. The curve has one point per trial, with the
-    parameters it tried.
+    Cost: ``trials * len(train)`` simulations; the trials run one after the other (each
+    depends on the ones before), a trial's cells through ``mapper``. The curve has one
+    point per trial, with the parameters it tried.
     """
     import optuna
 
@@ -90,7 +94,8 @@ def tune_optuna(
         x = {d.name: trial.suggest_float(d.name, d.low, d.high, log=d.log)
              for d in space.dimensions}
         params = space.params(x)
-        value = mean_objective([run_on(c, policy, params, workers, objective) for c in train])
+        value = mean_objective(
+            mapper(run_on, [(c, policy, params, workers, objective) for c in train]))
         best = min([value, *(p.value for p in curve)])
         curve.append(CurvePoint(step=trial.number, value=value, best=best, **params))
         return value
@@ -171,19 +176,17 @@ def judge(
     workers: int,
     objective: Objective,
     windows: int = 20,
+    mapper: Mapper = serial_map,
 ) -> Judgement:
     """Every candidate on every held-out cell, against the reference scorer on the same
-    cell: per trace spec and candidate, and over all held-out cells (``verdict_of``)."""
-    records = []
-    for c in heldout:
-        ref = c.reference
-        for label, (policy, params, controller) in candidates.items():
-            if controller is None:
-                score = run_on(c, policy, params, workers, objective)
-            else:
-                score, _ = run_controlled(c, policy, controller, workers, objective, windows)
-            records.append(Judged(label, score, ref.mean_bounded_slowdown, ref.jain_slowdown,
-                                  ref.max_service_lag_s))
+    cell: per trace spec and candidate, and over all held-out cells (``verdict_of``). The
+    runs go through ``mapper``."""
+    pairs = [(c, label) for c in heldout for label in candidates]
+    scores = mapper(judge_one, [(c, *candidates[label], workers, objective, windows)
+                                for c, label in pairs])
+    records = [Judged(label, score, c.reference.mean_bounded_slowdown,
+                      c.reference.jain_slowdown, c.reference.max_service_lag_s)
+               for (c, label), score in zip(pairs, scores)]
     by_workload = {
         spec: {label: verdict_of([r for r in records
                                   if r.score.trace == spec and r.candidate == label])
@@ -193,6 +196,14 @@ def judge(
     overall = {label: verdict_of([r for r in records if r.candidate == label])
                for label in candidates}
     return Judgement(records, Heldout(by_workload=by_workload, overall=overall))
+
+
+def judge_one(cell: Cell, policy: str, params: dict[str, Any], controller: Controller | None,
+              workers: int, objective: Objective, windows: int) -> RunScore:
+    """One candidate on one held-out cell."""
+    if controller is None:
+        return run_on(cell, policy, params, workers, objective)
+    return run_controlled(cell, policy, controller, workers, objective, windows)[0]
 
 
 class TuneSettings(DeschedSettings):
@@ -245,19 +256,22 @@ class TuneSettings(DeschedSettings):
                 for seed in (TraceSpec.parse(s).seeds or given or default_seeds(s, role))]
 
 
-def split(settings: TuneSettings) -> tuple[list[Cell], list[Cell]]:
+def split(settings: TuneSettings, mapper: Mapper = serial_map) -> tuple[list[Cell], list[Cell]]:
     """The training and held-out cells, checked disjoint."""
-    train = build_cells(settings.pairs("train"), settings.workers, settings.reference)
-    heldout = build_cells(settings.pairs("heldout"), settings.workers, settings.reference)
+    train = build_cells(settings.pairs("train"), settings.workers, settings.reference, mapper)
+    heldout = build_cells(settings.pairs("heldout"), settings.workers, settings.reference,
+                          mapper)
     check_disjoint(train, heldout)
     return train, heldout
 
 
-def learn(settings: TuneSettings, train: Sequence[Cell]) -> LearnerResult:
-    """Run the settings' learner on the training cells."""
+def learn(settings: TuneSettings, train: Sequence[Cell],
+          mapper: Mapper = serial_map) -> LearnerResult:
+    """Run the settings' learner on the training cells (optuna's simulations through
+    ``mapper``; the RL learner updates its agent after every run, so runs here)."""
     if settings.learner == "optuna":
         return tune_optuna(train, settings.policy, settings.workers, settings.trials,
-                           settings.objective, settings.seed)
+                           settings.objective, settings.seed, mapper)
     return tune_rl(train, settings.policy, settings.workers, settings.trials,
                    settings.objective, settings.seed, settings.windows)
 

@@ -47,7 +47,8 @@ def _seeds(text: str | None) -> list[int] | None:
 @click.option("--baseline", default="ifs-memoryless", show_default=True,
               help="Policy spec that paired differences are taken against (if evaluated).")
 @click.option("--window-s", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Window length for drift metrics (default: submission span / 20).")
+              help="Window length for drift metrics (default: submission span / 20; never "
+                   "under the run's span / 1000, so at most 1,000 windows).")
 def evaluate(
     traces: tuple[str, ...], policies: tuple[str, ...], seeds: str, workers: int, out: Path,
     jobs: int, baseline: str, window_s: float | None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
@@ -251,6 +252,104 @@ def tenants_revoke(name: str, db: str | None) -> None:
 def tenants_list(db: str | None) -> None:
     """Every tenant with its token's state (active, expires, expired, revoked)."""
     _list("tenant", db)
+
+
+def _rate(value: str) -> float | None:
+    """``R``, ``R/s``, ``R/m`` or ``R/h`` as tasks per second; ``none`` clears the limit."""
+    text = value.strip().lower()
+    if text == "none":
+        return None
+    number, _, unit = text.partition("/")
+    per = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}.get(unit.strip())
+    try:
+        rate = float(number) / per if per is not None else math.nan
+    except ValueError:
+        rate = math.nan
+    if not (math.isfinite(rate) and rate > 0):
+        raise DeschedError(f"--rate {value!r}: expected a number > 0 per s, m or h (5/s, 300/m)")
+    return rate
+
+
+def _optional(option: str, value: str, kind: type) -> Any:
+    """``value`` as ``kind``, None for ``none``; a one-line error naming ``option``."""
+    if value.strip().lower() == "none":
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        raise DeschedError(f"{option} {value!r}: expected {kind.__name__} or none") from None
+
+
+CONTROLS_WAIT_S = 10.0
+
+
+@tenants.command("set")
+@click.argument("name")
+@click.option("--weight", type=float, default=None,
+              help="share of service while backlogged, relative to weight 1 [default: 1]")
+@click.option("--cap", default=None, help="at most N tasks leased at once; none: no cap")
+@click.option("--rate", default=None,
+              help="submit rate limit, tasks per s, m or h (5/s, 300/m); none: no limit")
+@click.option("--burst", default=None,
+              help="token bucket size, tasks [default: max(1, rate per s)]; none: default")
+@STORE_OPTION
+def tenants_set(name: str, weight: float | None, cap: str | None, rate: str | None,
+                burst: str | None, db: str | None) -> None:
+    """Set tenant NAME's controls (README, tenant controls); options not given keep their
+    value. With a service running, returns once the service applies them."""
+    import time
+
+    from desched.controls import DEFAULT, TenantControl
+
+    store = _store(db)
+    try:
+        old = store.tenant_controls().tenants.get(_name(name), DEFAULT)
+        values = old.as_dict()
+        if weight is not None:
+            values["weight"] = weight
+        if cap is not None:
+            values["cap"] = _optional("--cap", cap, int)
+        if rate is not None:
+            values["rate"] = _rate(rate)
+            if values["rate"] is None:
+                values["burst"] = None
+        if burst is not None:
+            values["burst"] = _optional("--burst", burst, float)
+        try:
+            control = TenantControl(**values)
+        except DeschedError as exc:
+            raise DeschedError(f"tenant {name!r}: {exc}") from None
+        epoch = store.set_tenant_control(name, control)
+        shown = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+                          for k, v in control.as_dict().items() if v is not None)
+        if not store.service_running():
+            click.echo(f"tenant {name}: {shown}")
+            return
+        deadline = time.monotonic() + CONTROLS_WAIT_S
+        while store.controls_epoch_seen() < epoch:
+            if time.monotonic() > deadline:
+                click.echo(f"tenant {name}: {shown} (recorded; the running service has not "
+                           f"confirmed within {CONTROLS_WAIT_S:.0f} s)", err=True)
+                return
+            time.sleep(0.05)
+    finally:
+        store.close()
+    click.echo(f"tenant {name}: {shown}; the running service applies them")
+
+
+@tenants.command("controls")
+@STORE_OPTION
+def tenants_controls(db: str | None) -> None:
+    """Every tenant's recorded controls: tenant, weight, cap, rate (per s), burst."""
+    store = _store(db)
+    try:
+        controls = store.tenant_controls()
+    finally:
+        store.close()
+    for name, c in controls.tenants.items():
+        cells = [name, f"{c.weight:g}", *("-" if v is None else f"{v:g}"
+                                          for v in (c.cap, c.rate, c.burst))]
+        click.echo("\t".join(cells))
 
 
 @click.group()

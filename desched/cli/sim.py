@@ -25,7 +25,9 @@ WORKERS_OPTION = click.option("--workers", required=True, type=click.IntRange(mi
                               help="Number of workers.")
 WINDOW_OPTION = click.option("--window-s", type=click.FloatRange(min=0, min_open=True),
                              default=None,
-                             help="Window length for drift metrics (default: submission span / 20).")
+                             help="Window length for drift metrics (default: submission span / "
+                                  "20; never under the run's span / 1000, so at most 1,000 "
+                                  "windows).")
 
 
 def _progress(total: int, desc: str) -> Any:
@@ -42,15 +44,17 @@ def run_policy(
     out_dir: Path,
     seed: int,
     window_s: float | None,
+    controls: Any = None,
 ) -> RunSummary:
     """Simulate one policy over a validated trace and write its run folder; returns the
-    summary."""
+    summary. ``controls`` (``desched.controls.Controls``) and the trace's ``priority``
+    column apply tenant controls."""
+    from desched.controls import controlled
     from desched.policies import make_policy
     from desched.runs import write_run
     from desched.simulator import simulate
-    from desched.trace import TaskTable
 
-    tasks = TaskTable.from_frame(trace)
+    tasks, gate = controlled(trace, controls)
     policy = make_policy(policy_name, tasks, params)
     with _progress(len(tasks), policy_name) as bar:
         done = [0]
@@ -59,7 +63,11 @@ def run_policy(
             bar.update(n - done[0])
             done[0] = n
 
-        result = simulate(tasks, policy, workers, progress=tick)
+        result = simulate(tasks, policy, workers, progress=tick, gate=gate)
+    if controls is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "controls.json").write_text(json.dumps(
+            {k: c.as_dict() for k, c in controls.tenants.items()}, indent=2, sort_keys=True))
     return write_run(
         out_dir,
         trace,
@@ -147,8 +155,13 @@ def import_swf(log: Path, out: Path, rejected: Path | None) -> None:
               help="Run folder to write.")
 @click.option("--seed", default=0, show_default=True, help="Seed recorded with the run.")
 @WINDOW_OPTION
+@click.option("--tenants", "tenants_file", default=None,
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="Tenant controls (TOML, JSON or CSV: tenant, weight, cap, rate, burst); "
+                   "a trace column 'priority' sets priority levels (README, tenant controls).")
 def simulate(
     trace_path: Path, policy: str, workers: int, out: Path, seed: int, window_s: float | None,
+    tenants_file: Path | None,
 ) -> None:
     """Simulate a policy over a trace; write tasks, decisions, decision log and summary.
 
@@ -157,10 +170,13 @@ def simulate(
       desched simulate --trace T.parquet --policy 'ifs-memoryless?w_wait=0.8' \\
         --workers 8 --out data/runs/r1
     """
+    from desched.controls import Controls
     from desched.trace import read_trace
 
+    controls = None if tenants_file is None else Controls.read(tenants_file)
     name, params = policy_spec(policy)
-    summary = run_policy(read_trace(trace_path), name, params, workers, out, seed, window_s)
+    summary = run_policy(read_trace(trace_path), name, params, workers, out, seed, window_s,
+                         controls)
     click.echo(
         f"{out}: {summary.tasks} tasks, mean wait {summary.mean_wait_s:.1f} s, "
         f"p99 response {summary.p99_response_s:.1f} s, Jain {summary.jain_slowdown:.3f}, "

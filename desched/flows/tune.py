@@ -8,6 +8,12 @@ loads with ``weights=FOLDER``::
     from desched.flows.tune import tune_weights
     tune_weights(train=["flood", "steady", "heavy-tail"], out="models/weights/ifs-optuna",
                  learner="optuna", trials=40)
+
+With ``runner`` (``process``, ``thread``, ``dask``, ``ray``: ``desched.flows.evaluate``'s
+``task_runner``; ``address`` names an existing cluster's scheduler) every simulation (the
+reference runs, each trial's training cells, the held-out judgement) is one task run on that
+runner, through ``desched.tasks.tune.runner_map``; trials still run one after another. The
+result is the same as without a runner.
 """
 
 from __future__ import annotations
@@ -16,15 +22,30 @@ from typing import Any
 
 from prefect import flow
 
-from desched.bench.learning import Learner, Objective
-from desched.bench.tuning import TuneSettings
+from desched.bench import tuning
+from desched.bench.learning import Cell, Learner, LearnerResult, Objective
+from desched.bench.tuning import Judgement, TuneSettings
+from desched.flows.evaluate import Runner, task_runner
 from desched.tasks.tune import (
     judge_heldout,
     learn_weights,
     publish_tuning,
+    runner_map,
     save_weights,
     split_traces,
 )
+
+
+@flow(name="tune-on-runner")
+def tune_on_runner(
+    settings: TuneSettings,
+) -> tuple[list[Cell], list[Cell], LearnerResult, Judgement]:
+    """Split, learn and judge with every simulation a task run on this flow's runner."""
+    train, heldout = tuning.split(settings, runner_map)
+    learned = tuning.learn(settings, train, runner_map)
+    verdict = tuning.judge(heldout, tuning.candidates_of(learned, settings.reference),
+                           settings.workers, settings.objective, settings.windows, runner_map)
+    return train, heldout, learned, verdict
 
 
 @flow(name="tune-weights", log_prints=True)
@@ -43,20 +64,28 @@ def tune_weights(
     fairness_weight: float = 5.0,
     reference: str | None = None,
     command: str | None = None,
+    runner: Runner | None = None,
+    max_parallel: int | None = None,
+    address: str | None = None,
 ) -> dict[str, Any]:
     """Learn weights of ``policy`` on ``train`` (default seeds: ``desched.bench.learning``),
     judge them against ``reference`` on ``heldout`` (default: the training specs on other
     seeds), write ``out``; returns the weights, the training objective and the held-out
-    verdict per workload. ``policy`` and ``reference`` default to ``TuneSettings``'s."""
+    verdict per workload. ``policy`` and ``reference`` default to ``TuneSettings``'s.
+    ``runner`` runs the simulations on a task runner (module docstring)."""
     named = {k: v for k, v in (("policy", policy), ("reference", reference)) if v is not None}
     settings = TuneSettings(
         train=train, heldout=heldout, train_seeds=train_seeds, heldout_seeds=heldout_seeds,
         workers=workers, learner=learner, trials=trials, seed=seed, windows=windows,
         objective=Objective(fairness_weight=fairness_weight), **named,
     )
-    train_cells, heldout_cells = split_traces(settings)
-    learned = learn_weights(settings, train_cells)
-    verdict = judge_heldout(settings, learned, heldout_cells)
+    if runner is None:
+        train_cells, heldout_cells = split_traces(settings)
+        learned = learn_weights(settings, train_cells)
+        verdict = judge_heldout(settings, learned, heldout_cells)
+    else:
+        on = tune_on_runner.with_options(task_runner=task_runner(runner, max_parallel, address))
+        train_cells, heldout_cells, learned, verdict = on(settings)
     card = save_weights(out, settings, learned, train_cells, heldout_cells, verdict, command)
     publish_tuning(card, out)
     overall = card.heldout.overall

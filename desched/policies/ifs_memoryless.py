@@ -10,6 +10,7 @@ from pydantic import Field
 
 from desched.policies.base import NaivePolicy, Policy, PolicyParams
 from desched.policies.learnable import LearnableParams, SearchSpace, Simplex
+from desched.structures.ifs_kernel import MEMORYLESS, Call, KernelCacheState, Picker, kernel
 from desched.structures.tenant_queues import TenantQueues, pick_slot
 from desched.trace import TaskTable
 
@@ -62,15 +63,17 @@ class IfsMemorylessNaive(NaivePolicy):
         return self.params.w_backlog * nb + self.params.w_wait * nw, (nb, nw)
 
 
-class IfsMemoryless(Policy):
+class IfsMemoryless(KernelCacheState, Policy):
     """The baseline scorer of the Document Enrichment Service (DESIGN.md).
 
     Rule: ``score = w_backlog * backlog_k / max backlog + w_wait * wait_i / max wait``, maxima
     over all queued tasks, highest wins, ties to the earlier ``submit_s`` then position.
     State: none that outlives a decision. Cost: within a tenant every task shares the backlog
     term and the oldest task has the largest wait term, so only each backlogged tenant's
-    oldest task can win: a decision is O(K) vectorised work over the K backlogged tenants
-    plus O(log m) for the heap, never a scan of the queued tasks. ``pop_fitting`` pops and
+    oldest task can win: a decision is one O(K) scan over the K backlogged tenants (one
+    call of the compiled scan of ``desched.structures.ifs_kernel``, ~1-2 µs of call overhead
+    plus a few ns per tenant; numpy where llvmlite is missing) plus O(log m) for the heap,
+    never a scan of the queued tasks. ``pop_fitting`` pops and
     pushes back: one pop when the first candidate fits; for s refused, s + 1 pops, s + 1
     pushes and a ``take`` of the winner (which logs its score among all queued tasks).
     """
@@ -99,8 +102,9 @@ class IfsMemoryless(Policy):
         q = self.queues
         backlog = q.backlog[: q.n]
         head_submit = q.head_submit[: q.n]
-        norm_backlog = backlog / backlog.max()
-        max_wait = now - head_submit.min()
+        # the elements at argmax/argmin are the maxima exactly; cheaper than max()/min()
+        norm_backlog = backlog / backlog[backlog.argmax()]
+        max_wait = now - head_submit[head_submit.argmin()]
         if max_wait > 0:
             norm_wait = (now - head_submit) / max_wait
         else:
@@ -116,6 +120,51 @@ class IfsMemoryless(Policy):
         return self.params.w_backlog * parts[0] + self.params.w_wait * parts[1]
 
     def pop(self, now: float) -> int:
+        if self.use_kernel and self._kernel is not None:
+            return self._pop_compiled(now)
+        return self._pop_numpy(now)
+
+    # the compiled scan (desched.structures.ifs_kernel): same floats, one call per decision
+    use_kernel: ClassVar[bool] = True
+    kernel_mode: ClassVar[int] = MEMORYLESS
+
+    @property
+    def _kernel(self) -> Picker | None:
+        return kernel()
+
+    def _caller(self, x: np.ndarray | None = None) -> Call:
+        """The kernel call over this policy's queue arrays (``x``: the X array, else the
+        head predictions as a placeholder); rebuilt when the arrays were replaced (they
+        grow together) or on a copy (``KernelCacheState``)."""
+        q = self.queues
+        xs = q.head_pred if x is None else x
+        seen = self.__dict__.get("_call_of")
+        if seen is None or seen[0] is not q.backlog or seen[1] is not xs:
+            self._call_of = (q.backlog, xs)
+            self._call = Call(self._kernel[self.kernel_mode],  # type: ignore[index]
+                              q.backlog.ctypes.data, q.head_submit.ctypes.data,
+                              q.head_pos.ctypes.data, xs.ctypes.data)
+        return self._call
+
+    def _pick(self, now: float, x: np.ndarray | None = None) -> int:
+        """The winning slot by the kernel; score and parts land in ``self._call.out``."""
+        return self._caller(x)(self.queues.n, now, self.weights())
+
+    def weights(self) -> tuple[float, float, float, float]:
+        """The kernel's constants (c, w1, w2, w3), the weights read at every decision (a
+        learnable policy's may change)."""
+        w = self.params
+        return 0.0, w.w_backlog, w.w_wait, 0.0
+
+    def _pop_compiled(self, now: float) -> int:
+        q = self.queues
+        slot = self._pick(now)
+        out = self._call.out
+        self.score = out[0]
+        self.parts = (out[1], out[2])
+        return q.pop_tenant(int(q.tenant[slot]))
+
+    def _pop_numpy(self, now: float) -> int:
         q = self.queues
         parts = self.terms(now)
         score = self.combine(parts)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import heapq
+from typing import ClassVar
 
 import numpy as np
 from pydantic import Field
 
 from desched.policies.base import NaivePolicy, Policy, PolicyParams
 from desched.policies.ifs_memoryless import norm
+from desched.structures.ifs_kernel import PREDICTED, Call, KernelCacheState, kernel
 from desched.structures.tenant_queues import TenantQueues
 from desched.trace import TaskTable
 
@@ -58,7 +60,7 @@ class IfsPredictedNaive(NaivePolicy):
         return self.params.w_backlog * nb + self.params.w_short * ns, (nb, ns)
 
 
-class IfsPredicted(Policy):
+class IfsPredicted(KernelCacheState, Policy):
     """The IFS scorer ranking on predicted remaining time instead of wait (DESIGN.md, Q3).
 
     Rule: ``score = w_backlog * backlog_k / max backlog + w_short * (1 - p_i / p_max)`` with
@@ -88,6 +90,7 @@ class IfsPredicted(Policy):
     reads = IfsPredictedNaive.reads
     naive = IfsPredictedNaive
     requeue_is_exact = True
+    use_kernel: ClassVar[bool] = True  # the compiled scan (desched.structures.ifs_kernel)
     params: IfsPredictedParams
 
     def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
@@ -144,25 +147,46 @@ class IfsPredicted(Policy):
         n = q.n
         w_backlog, w_short = self.params.w_backlog, self.params.w_short
         p_max = self.p_max()
-        norm_backlog = q.backlog[:n] / q.backlog[:n].max()
+        fn = kernel() if self.use_kernel else None
+        if fn is not None:
+            if self.__dict__.get("_call_of") is not q.backlog:  # new arrays, or a copy
+                self._call_of = q.backlog
+                self._call = Call(fn[PREDICTED], q.backlog.ctypes.data,
+                                  q.head_submit.ctypes.data, q.head_pos.ctypes.data,
+                                  q.head_pred.ctypes.data)
+            first = self._call(n, now, (p_max, w_backlog, w_short, 0.0))
+            out = self._call.out
+            if out[4] == 1.0:  # one slot scores best (else: the numpy path lists them)
+                only = self._best_of_tenant(int(q.tenant[first]), first, out[0], out[1], p_max)
+                return self._finish(only, out[0], out[1], p_max)
+        backlog = q.backlog[:n]
+        norm_backlog = backlog / backlog[backlog.argmax()]
         if p_max > 0:
             norm_short = 1.0 - q.head_pred[:n] / p_max
         else:
             norm_short = np.zeros(n)
         score = w_backlog * norm_backlog + w_short * norm_short
-        best = score.max()
+        first = int(score.argmax())
+        best = score[first]
+        equal = score == best
+        slots = [first] if np.count_nonzero(equal) == 1 else np.flatnonzero(equal).tolist()
         pick: tuple[float, int, int] | None = None
-        for slot in np.flatnonzero(score == best).tolist():
+        for slot in slots:
             k = int(q.tenant[slot])
             cand = self._best_of_tenant(k, slot, float(best), float(norm_backlog[slot]), p_max)
             if pick is None or cand < pick:
                 pick = cand
         assert pick is not None
+        return self._finish(pick, float(best), float(norm_backlog[pick[2]]), p_max)
+
+    def _finish(self, pick: tuple[float, int, int], best: float, nb: float, p_max: float) -> int:
+        """Log the winner's score and parts and take it off the queue."""
+        q = self.queues
         _, i, slot = pick
         k = self.tasks.tenant[i]
         p = self.tasks.predicted_s[i]
-        self.score = float(best)
-        self.parts = (float(norm_backlog[slot]), shortness(p, p_max))
+        self.score = best
+        self.parts = (nb, shortness(p, p_max))
         if i == q.head_pos[slot]:
             q.pop_tenant(k)
         else:

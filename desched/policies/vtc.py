@@ -28,10 +28,11 @@ _COMPACT_SLACK = 64
 class VirtualCounters:
     """One counter per tenant: seconds of service charged to it, with VTC's charge and lift rules.
 
-    Charge: a task with a prediction (``predicted_s`` not NaN) is charged ``predicted_s`` when
-    it is dispatched; a task without one is charged its real ``duration_s`` when its completion
-    record arrives, so until then its tenant's counter does not move and the tenant can win
-    several workers in a row. Lift (Algorithm 2, on the arrival of a request of a client that
+    Charge (divided by the tenant's weight, ``TaskTable.charge``: weighted VTC): a task with
+    a prediction (``predicted_s`` not NaN) is charged ``predicted_s`` when it is dispatched;
+    a task without one is charged its real ``duration_s`` when its completion record
+    arrives, so until then its tenant's counter does not move and the tenant can win several
+    workers in a row. Lift (Algorithm 2, on the arrival of a request of a client that
     has none queued): a tenant that becomes backlogged has its counter raised to the lowest
     counter among the backlogged tenants; when none is backlogged, to the counter of the last
     tenant whose queue emptied ("the last client left Q"); a counter never goes down, so a
@@ -66,7 +67,7 @@ class VirtualCounters:
         predicted = self.tasks.predicted_s[i]
         if not math.isnan(predicted):
             k = self.tasks.tenant[i]
-            self.counter[k] = self.of(k) + predicted
+            self.counter[k] = self.of(k) + self.tasks.charge(k, predicted)
 
     def state(self) -> dict[str, Any]:
         names = self.tasks.tenant_names
@@ -89,7 +90,7 @@ class VirtualCounters:
         if not math.isnan(self.tasks.predicted_s[i]):
             return False
         k = self.tasks.tenant[i]
-        self.counter[k] = self.of(k) + duration_s
+        self.counter[k] = self.of(k) + self.tasks.charge(k, duration_s)
         return True
 
 
@@ -300,7 +301,7 @@ class Vtc(Policy):
             left[k] -= 1
             if left[k]:
                 if not math.isnan(predicted[i]):
-                    counter += predicted[i]
+                    counter += self.tasks.charge(k, predicted[i])
                 h = next(offers[k])
                 heapq.heappush(heap, (counter, *self.task_key(h), h, k))
 

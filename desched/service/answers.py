@@ -17,7 +17,7 @@ from typing import Any
 from fastapi.responses import JSONResponse
 
 from desched.errors import DeschedError
-from desched.service.errors import ServiceError, Unavailable
+from desched.service.errors import ServiceError, TooManyRequests, Unavailable
 from desched.service.records import Grant
 from desched.service.store import db_errors
 from desched.service.writer import Pending
@@ -32,13 +32,37 @@ async def committed(pending: Pending | None) -> None:
 
     After ``COMMIT_TIMEOUT_S`` the request gets 503; the write may still commit later, which
     the protocol tolerates: an unheard lease expires, a submit is retried with its key.
+    A cancelled request (the client went away) stops waiting; ``pending`` is never
+    cancelled. One loop future and one timer per wait: the writer thread's callback hands
+    the outcome over with ``call_soon_threadsafe`` (what ``wait_for(shield(wrap_future))``
+    does with three futures, a task-free chain of callbacks and a timeout future).
     """
     if pending is None:
         return
+    loop = asyncio.get_running_loop()
+    heard: asyncio.Future[None] = loop.create_future()
+    pending.add_done_callback(lambda done: loop.call_soon_threadsafe(_hear, heard, done))
+    timer = loop.call_later(COMMIT_TIMEOUT_S, _give_up, heard)
     try:
-        await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(pending)), COMMIT_TIMEOUT_S)
-    except TimeoutError:
-        raise Unavailable("the database did not commit in time; retry") from None
+        await heard
+    finally:
+        timer.cancel()
+
+
+def _hear(heard: asyncio.Future[None], done: Pending) -> None:
+    """On the loop: pass the outcome of the commit on, unless the wait ended already."""
+    if heard.done():
+        return
+    exc = done.exception()
+    if exc is None:
+        heard.set_result(None)
+    else:
+        heard.set_exception(exc)
+
+
+def _give_up(heard: asyncio.Future[None]) -> None:
+    if not heard.done():
+        heard.set_exception(Unavailable("the database did not commit in time; retry"))
 
 
 def lease_json(grant: Grant) -> dict[str, Any]:
@@ -62,9 +86,9 @@ def lease_json(grant: Grant) -> dict[str, Any]:
 
 def refusal(exc: ServiceError | DeschedError) -> JSONResponse:
     """A refused request: ``{"detail": ...}`` with the error's status (400 for a plain
-    ``DeschedError``) and, for a 503 that knows it, ``Retry-After``."""
+    ``DeschedError``) and, for a 503 that knows it and a 429, ``Retry-After``."""
     status = exc.status if isinstance(exc, ServiceError) else 400
-    after = exc.retry_after_s if isinstance(exc, Unavailable) else None
+    after = exc.retry_after_s if isinstance(exc, Unavailable | TooManyRequests) else None
     headers = None if after is None else {"Retry-After": str(after)}
     return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
 

@@ -12,9 +12,12 @@ database's writer lock), with ``Retry-After``. ``/healthz`` is the readiness che
 standing by), ``/livez`` the liveness check.
 
 The routes here are the reference request path. Well-formed polls and completions of known
-workers are answered by ``hot_path.HotPath``, an ASGI middleware in front of FastAPI that
+workers are answered by ``hot_path.HotPath``, an ASGI layer in front of FastAPI that
 validates with the same schemas, calls the same scheduler methods and answers through the
 same ``answers`` (``hot_path=False`` turns it off); ``asgi.BodyLimit`` bounds every body first.
+Both sit in front of the whole FastAPI application (``ServiceApp``), not inside its
+middleware stack, so a hot request pays for none of FastAPI's and Starlette's outer layers
+(error middleware, telemetry check); what the hot path leaves goes through all of them.
 
 Endpoints are coroutines that call the scheduler directly on the event loop (a state
 change holds its lock well under a millisecond: the decision in memory plus queueing the
@@ -42,7 +45,7 @@ from desched.models.interfaces import DurationPredictor, MemoryPredictor
 from desched.models.loading import load_duration_predictor, load_memory_predictor
 from desched.service import schemas as m
 from desched.service.answers import committed, lease_json, refusal, storage_error, storage_errors
-from desched.service.asgi import BodyLimit
+from desched.service.asgi import ASGIApp, BodyLimit, Receive, Scope, Send
 from desched.service.clock import Clock
 from desched.service.decision_log import DecisionLog
 from desched.service.errors import Forbidden, ServiceError, Unauthorized
@@ -85,8 +88,8 @@ def load_predictor(registry: Path | None) -> DurationPredictor | None:
 
 
 class Housekeeper(threading.Thread):
-    """Expires leases, picks up policy switches and token revocations and saves the policy's
-    state (at most every ``state_save_s``) every ``period_s``."""
+    """Expires leases, picks up policy switches, token revocations and tenant controls, and
+    saves the policy's state (at most every ``state_save_s``) every ``period_s``."""
 
     def __init__(self, scheduler: Scheduler, period_s: float) -> None:
         super().__init__(name="desched-housekeeper", daemon=True)
@@ -99,6 +102,7 @@ class Housekeeper(threading.Thread):
             try:
                 self.scheduler.sweep()
                 self.scheduler.refresh_tokens()
+                self.scheduler.refresh_controls()
                 self.scheduler.refresh_policy()
                 self.scheduler.save_policy_state()
             except Exception:  # keep sweeping; the next round retries
@@ -125,6 +129,24 @@ def build_scheduler(settings: ServiceSettings) -> Scheduler:
     )
 
 
+class ServiceApp(FastAPI):
+    """FastAPI with a front door: every ASGI call goes through ``front`` (``BodyLimit``, then
+    ``HotPath`` when on), which hands what it does not answer to FastAPI itself."""
+
+    front: ASGIApp | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        front = self.front
+        if front is None:
+            await super().__call__(scope, receive, send)
+        else:
+            await front(scope, receive, send)
+
+    async def behind(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """FastAPI's own handling of a request (its middleware stack and routes)."""
+        await super().__call__(scope, receive, send)
+
+
 def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) -> FastAPI:
     """The API over ``scheduler`` (built from ``settings`` when not given); the scheduler is
     started, and its housekeeper run, for the lifetime of the app."""
@@ -143,7 +165,7 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
             keeper.join(timeout=5)
             sched.stop()
 
-    app = FastAPI(
+    app = ServiceApp(
         title="desched",
         version="1",
         summary="Task orchestrator of the multi-tenant Document Enrichment Service",
@@ -159,9 +181,8 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
             },
         },
     )
-    if settings.hot_path:
-        app.add_middleware(HotPath, sched=sched)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)  # outermost
+    inner: ASGIApp = HotPath(app.behind, sched) if settings.hot_path else app.behind
+    app.front = BodyLimit(inner, max_bytes=settings.max_body_bytes)  # outermost
 
     @app.exception_handler(ServiceError)
     async def refused(request: Request, exc: ServiceError) -> JSONResponse:
@@ -221,6 +242,7 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
         responses={
             200: {"model": m.Submitted, "description": "replay of an earlier submit"},
             409: {"model": m.Problem, "description": "key reused for other tasks"},
+            429: {"model": m.Problem, "description": "over the tenant's rate limit (Retry-After)"},
         },
     )
     async def submit(

@@ -14,21 +14,24 @@ is a stable integer code of the worker instance, ``worker_name`` its readable
 ``name/worker_id``. NaN is written as null.
 
 A record is written after its state change is committed to the database (by the
-scheduler's writer thread), so a crash between the two loses that record (the database stays
-the source of truth); a record is never written for a change that did not commit.
+scheduler's writer thread, which runs the record's ``line`` after the commit and flushes
+once per batch, before the change's caller hears of it), so a crash between the two loses
+that record (the database stays the source of truth); a record is never written for a
+change that did not commit.
 ``decision_record`` and ``completion_record`` build the records from the scheduler's state.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 import os
 import threading
 import time
-from concurrent.futures import Future
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -38,19 +41,22 @@ if TYPE_CHECKING:
     from desched.policies.base import Policy
 
 
-def _clean(value: Any) -> Any:
-    return None if isinstance(value, float) and not math.isfinite(value) else value
+_ENCODE = json.JSONEncoder(allow_nan=False).encode
+"""``json.dumps(..., allow_nan=False)`` without building an encoder per call."""
 
 
 class DecisionLog:
-    """Appends records; each ``write`` is one line flushed to the OS (not fsynced).
-    Thread-safe."""
+    """Appends records, one JSON line each: ``write`` flushes its line to the OS (not
+    fsynced); ``append`` (and the callable ``line`` returns) leaves it in the buffer until
+    ``flush``. Thread-safe."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.lock = threading.Lock()
         self.seq = 0
         self._day = ""
+        self._day_span = (math.inf, -math.inf)
+        """[start, end) of ``_day`` in epoch seconds: a record inside it needs no date."""
         self._file: IO[str] | None = None
         self._started = int(time.time())
 
@@ -59,32 +65,54 @@ class DecisionLog:
         return Path(self._file.name) if self._file is not None else None
 
     def _open(self, t: float) -> IO[str]:
-        day = datetime.fromtimestamp(t, tz=UTC).strftime("%Y%m%d")
+        start, end = self._day_span
+        if self._file is not None and start <= t < end:
+            return self._file
+        when = datetime.fromtimestamp(t, tz=UTC)
+        day = when.strftime("%Y%m%d")
+        midnight = when.replace(hour=0, minute=0, second=0, microsecond=0)
+        self._day_span = (midnight.timestamp(), (midnight + timedelta(days=1)).timestamp())
         if self._file is None or day != self._day:
             if self._file is not None:
                 self._file.close()
             self.folder.mkdir(parents=True, exist_ok=True)
             name = f"decision-log-{day}-{os.getpid()}-{self._started}.jsonl"
-            self._file = (self.folder / name).open("a", encoding="utf-8", buffering=1)
+            self._file = (self.folder / name).open("a", encoding="utf-8")
             self._day = day
             self.seq = 0
         return self._file
 
     def write(self, kind: str, t: float, record: dict[str, Any]) -> None:
+        """Append the record and flush it to the OS."""
         with self.lock:
-            out = self._open(t)
-            line = {"kind": kind, "seq": self.seq, "t": t}
-            line.update({k: _clean(v) for k, v in record.items()})
-            out.write(json.dumps(line, allow_nan=False) + "\n")
-            self.seq += 1
+            self._append(kind, t, record)
+            if self._file is not None:
+                self._file.flush()
 
-    def write_after(
-        self, pending: Future[None], kind: str, t: float, record: dict[str, Any]
-    ) -> None:
-        """``write`` once ``pending`` (the change's commit) succeeds; never if it fails."""
-        pending.add_done_callback(
-            lambda done: self.write(kind, t, record) if done.exception() is None else None
-        )
+    def append(self, kind: str, t: float, record: dict[str, Any]) -> None:
+        """Append the record; it reaches the OS at the next ``flush`` (or a full buffer)."""
+        with self.lock:
+            self._append(kind, t, record)
+
+    def line(self, kind: str, t: float, record: dict[str, Any]) -> Callable[[], None]:
+        """What appends the record when called (the writer thread calls it after the
+        record's change commits; ``Writer.add(after=...)``)."""
+        return functools.partial(self.append, kind, t, record)
+
+    def flush(self) -> None:
+        with self.lock:
+            if self._file is not None:
+                self._file.flush()
+
+    def _append(self, kind: str, t: float, record: dict[str, Any]) -> None:
+        """Under ``lock``."""
+        out = self._open(t)
+        line = {"kind": kind, "seq": self.seq, "t": t}
+        for k, v in record.items():
+            # NaN and infinities (numpy's float64 is a float too) are written as null
+            line[k] = None if isinstance(v, float) and not math.isfinite(v) else v
+        out.write(_ENCODE(line) + "\n")
+        self.seq += 1
 
     def close(self) -> None:
         with self.lock:
@@ -96,9 +124,14 @@ class DecisionLog:
 def worker_columns(worker: str, worker_id: str) -> dict[str, Any]:
     """``worker``: a stable Int64 for ``name/worker_id`` (the decision log's worker column is
     an integer, as in the simulator); ``worker_name``: the readable form."""
-    name = f"{worker}/{worker_id}"
-    code = int.from_bytes(hashlib.sha256(name.encode()).digest()[:7], "big")
+    code, name = _worker_code(worker, worker_id)
     return {"worker": code, "worker_name": name}
+
+
+@functools.lru_cache(maxsize=65_536)
+def _worker_code(worker: str, worker_id: str) -> tuple[int, str]:
+    name = f"{worker}/{worker_id}"
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:7], "big"), name
 
 
 def decision_record(
@@ -132,9 +165,9 @@ def decision_record(
     return record
 
 
-def cancel_record(task: LiveTask, was: str, worker: str | None, worker_id: str | None) -> dict[
-    str, Any
-]:
+def cancel_record(
+    task: LiveTask, was: str, worker: str | None, worker_id: str | None
+) -> dict[str, Any]:
     """The record of ``task``'s cancellation by its tenant, in state ``was``."""
     return {
         **worker_columns(worker or "", worker_id or ""),

@@ -22,9 +22,13 @@ what its memory has left, while a task fits.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from desched.policies.base import Policy
 from desched.service.records import LiveTask
+
+if TYPE_CHECKING:
+    from desched.controls import Gate
 
 
 def pop_fitting(
@@ -34,13 +38,18 @@ def pop_fitting(
     free_mem_mb: float | None,
     max_fit_skips: int,
     admit: Callable[[LiveTask], bool] | None = None,
+    gate: Gate | None = None,
+    backlog: Callable[[int], int] | None = None,
 ) -> tuple[int | None, int]:
     """``(position, skipped)`` of the task the poll gets, or ``(None, skipped)`` when none of
     the first ``max_fit_skips`` candidates fits. The policy must not be empty.
 
-    ``admit`` is the hook for per-tenant admission (a concurrency cap): a candidate it
-    refuses is skipped exactly as one that does not fit, so it moves no policy state."""
-    if free_mem_mb is None and admit is None:
+    ``admit`` is the hook for per-tenant admission: a candidate it refuses is skipped
+    exactly as one that does not fit, so it moves no policy state. ``gate`` applies the
+    tenant controls (caps and priority levels, ``desched.controls.Gate.choose``); candidates
+    it refuses for a cap do not count towards ``max_fit_skips`` (``backlog(k)``: queued tasks
+    of tenant code ``k``, bounds them)."""
+    if free_mem_mb is None and admit is None and gate is None:
         return policy.pop(now), 0
 
     def fits(i: int) -> bool:
@@ -50,4 +59,8 @@ def pop_fitting(
         need = task.predicted_mem_mb
         return free_mem_mb is None or need is None or need <= free_mem_mb
 
-    return policy.pop_fitting(now, fits, max_fit_skips)
+    if gate is None:
+        return policy.pop_fitting(now, fits, max_fit_skips)
+    plain = free_mem_mb is None and admit is None
+    extra = gate.capped_backlog(backlog) if backlog is not None and gate.caps else 0
+    return gate.choose(policy, now, None if plain else fits, max_fit_skips + extra)

@@ -46,6 +46,16 @@ class Gone(ServiceError):
     status = 410
 
 
+class TooManyRequests(ServiceError):
+    """A submit over its tenant's rate limit (``admission``): 429, with ``Retry-After``."""
+
+    status = 429
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s: int | None = retry_after_s
+
+
 class Unavailable(ServiceError):
     """The database cannot take the write now (shutting down, unreachable, too slow)."""
 

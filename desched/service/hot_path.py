@@ -29,8 +29,8 @@ COMPLETE_PATH = re.compile(r"/v1/tasks/([A-Za-z0-9_-]{1,64})/complete")
 
 
 class HotPath:
-    """ASGI middleware (inside ``BodyLimit``, which has bounded the body); see the module
-    docstring.
+    """ASGI layer in front of the FastAPI app (inside ``BodyLimit``, which has bounded the
+    body); see the module docstring.
 
     A request is taken here only when it is one of those two routes, its content type is
     ``application/json``, its bearer token is a known worker's and its body is JSON that the

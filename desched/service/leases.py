@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import heapq
 import math
-import secrets
 from collections.abc import Iterator, Mapping
 
-from desched.service.records import Lease, LiveTask
+from desched.service.records import Lease, LiveTask, new_lease_id
 
 
 class LeaseBook(Mapping[int, LiveTask]):
@@ -55,7 +54,7 @@ class LeaseBook(Mapping[int, LiveTask]):
     @staticmethod
     def new_lease_id() -> str:
         """A fresh lease id (128 random bits): a worker cannot guess another's."""
-        return secrets.token_urlsafe(16)
+        return new_lease_id()
 
     def expiry(self, now: float) -> float:
         """When a lease granted or extended at ``now`` expires."""

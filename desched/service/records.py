@@ -10,14 +10,60 @@ commit.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import math
-import uuid
+import os
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+
+class RandomPool:
+    """Bytes from the OS's CSPRNG (``os.urandom``), read ``chunk`` bytes at a time and handed
+    out in order, each byte once: the same randomness as one ``os.urandom`` call per id, at
+    one system call per few hundred ids. (``os.urandom`` releases the GIL: a call per id let
+    the writer thread take the GIL in the middle of every poll.) Thread-safe; a forked child
+    starts with a fresh pool, so parent and child never hand out the same bytes."""
+
+    def __init__(self, chunk: int = 4096) -> None:
+        self.chunk = chunk
+        self._lock = threading.Lock()
+        self._reset()
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._buf = b""
+        self._at = 0
+
+    def take(self, n: int) -> bytes:
+        """``n`` fresh random bytes."""
+        with self._lock:
+            at = self._at
+            if at + n > len(self._buf):
+                self._buf, at = os.urandom(max(self.chunk, n)), 0
+            self._at = at + n
+            return self._buf[at : at + n]
+
+
+RANDOM = RandomPool()
+
+
+def new_task_id() -> str:
+    """A random UUID (version 4) in hex, as ``uuid.uuid4().hex``: 122 random bits."""
+    b = bytearray(RANDOM.take(16))
+    b[6] = (b[6] & 0x0F) | 0x40  # version 4
+    b[8] = (b[8] & 0x3F) | 0x80  # RFC 4122 variant
+    return b.hex()
+
+
+def new_lease_id() -> str:
+    """128 random bits, URL-safe base64 without padding, as ``secrets.token_urlsafe(16)``."""
+    return base64.urlsafe_b64encode(RANDOM.take(16)).rstrip(b"=").decode("ascii")
 
 
 class Role(StrEnum):
@@ -57,6 +103,7 @@ class NewTask:
     doc_bytes: int | None = None
     pages: int | None = None
     mem_mb: float | None = None
+    priority: int = 0
 
 
 @dataclass(slots=True)
@@ -76,6 +123,7 @@ class LiveTask:
     submit_s: float
     predicted_s: float
     predicted_mem_mb: float | None = None
+    priority: int = 0
     attempts: int = 0
     worker: str | None = None
     worker_id: str | None = None
@@ -96,7 +144,7 @@ class LiveTask:
         """The task ``item`` of ``tenant``, submitted at ``now``, queued."""
         return cls(
             seq=seq,
-            task_id=uuid.uuid4().hex,
+            task_id=new_task_id(),
             tenant=tenant,
             task_type=item.task_type,
             document_ref=item.document_ref,
@@ -106,6 +154,7 @@ class LiveTask:
             submit_s=now,
             predicted_s=predicted_s,
             predicted_mem_mb=predicted_mem_mb,
+            priority=item.priority,
         )
 
     @classmethod
@@ -123,6 +172,7 @@ class LiveTask:
             submit_s=row["submit_s"],
             predicted_s=row["predicted_s"] if row["predicted_s"] is not None else math.nan,
             predicted_mem_mb=row.get("predicted_mem_mb"),
+            priority=row.get("priority") or 0,
             attempts=row["attempts"],
         )
         if row["state"] == TaskState.LEASED.value:
@@ -154,8 +204,10 @@ class Grant:
 
 def request_digest(items: Sequence[NewTask]) -> str:
     """SHA-256 of a submit's content: a replay with the same key must carry the same tasks."""
+    # priority joins the digest only when set, so that digests of earlier submits still match
     body = json.dumps(
-        [[t.task_type, t.document_ref, t.doc_bytes, t.pages, t.mem_mb] for t in items],
+        [[t.task_type, t.document_ref, t.doc_bytes, t.pages, t.mem_mb]
+         + ([t.priority] if t.priority else []) for t in items],
         separators=(",", ":"),
     )
     return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()

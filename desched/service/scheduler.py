@@ -36,7 +36,9 @@ Invariants, each enforced under one lock (``lock``):
   tenant. After a crash the state is up to ``state_save_s`` old; a policy switch starts fresh.
 - Time is the injected clock's ``now`` (epoch seconds, never decreasing, not even across a
   restart: it starts no lower than the latest time stored). Policies see only that ``now``.
-- A decision-log record is written only after its change commits (``decision_log``).
+- A decision-log record is written only after its change commits (``decision_log``): the
+  writer thread runs it (``Writer.add(after=...)``) once the batch holding the change has
+  committed and before any caller of that batch hears of it, in queue (decision) order.
 - One active service per database (high availability on PostgreSQL): only a process whose
   writer connection holds the database's writer lock (``Store.try_writer_lock``) is
   ``active``, and only an active one changes state. A process that finds the lock taken
@@ -50,6 +52,10 @@ Invariants, each enforced under one lock (``lock``):
   charge); a leased one loses its lease, and its worker's next heartbeat, completion or
   failure gets 410 (``Gone``). Either is a conditional write; repeating a cancel changes
   nothing.
+- Tenant controls (``admission``): weights, caps, rate limits and priority levels are read
+  from the store at every rebuild and, when their epoch moved, every sweep
+  (``refresh_controls``); a leased task counts against its tenant's cap until its lease
+  ends (completion, failure, expiry, cancellation).
 - Tokens: ``TokenBook`` caches principals; ``refresh_tokens`` (every sweep) drops the cache
   when the database's token epoch moved (a revocation) and acknowledges the epoch.
 
@@ -71,12 +77,13 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from desched.errors import DeschedError
 from desched.models.interfaces import DurationPredictor, MemoryPredictor
 from desched.policies.base import Policy
+from desched.service.admission import Admission
 from desched.service.clock import Clock
 from desched.service.decision_log import (
     DecisionLog,
@@ -96,7 +103,7 @@ from desched.service.errors import (
 )
 from desched.service.idempotency import SubmitKeys
 from desched.service.leases import LeaseBook
-from desched.service.policy_host import DEFAULT_POLICY, PolicyHost, PolicySpec
+from desched.service.policy_host import PolicyHost, PolicySpec
 from desched.service.predictions import Predictions
 from desched.service.records import (
     Grant,
@@ -108,6 +115,7 @@ from desched.service.records import (
     request_digest,
 )
 from desched.service.store import (
+    CONTROLS_EPOCH_SEEN_KEY,
     TOKEN_EPOCH_SEEN_KEY,
     Dialect,
     Store,
@@ -165,7 +173,13 @@ class Scheduler:
         self.read_lock = threading.Lock()
         self.active = False
         """Whether this process holds the writer lock and serves (module docstring)."""
-        self.writer = Writer(self.write_store, self._recover, self._idle, standby_poll_s)
+        self.writer = Writer(
+            self.write_store,
+            self._recover,
+            self._idle,
+            standby_poll_s,
+            after_batch=None if log is None else log.flush,
+        )
         self.predictions = Predictions(predictor, memory_model)
         self.host = PolicyHost(has_predictor=predictor is not None, state_save_s=state_save_s)
         self.leases = LeaseBook(lease_s)
@@ -174,6 +188,7 @@ class Scheduler:
         self.counters = self.telemetry.counters
         self._wanted = None if policy is None else PolicySpec(policy, dict(policy_params or {}))
         self.keys = SubmitKeys(store, self.read_lock)
+        self.admission = Admission()
         self._reset()
 
     @property
@@ -191,6 +206,7 @@ class Scheduler:
         self.ending: dict[str, str] = {}
         self.next_seq = 0
         self.leases.clear()
+        self.admission.reset(self.tasks, lambda i: self.live[i].priority)
 
     def start(self) -> None:
         """Create the schema and start the writer thread; take the writer lock and serve
@@ -215,13 +231,16 @@ class Scheduler:
         if self._wanted is not None:
             self.store.set_policy(self._wanted.name, self._wanted.params)
         with self.read_lock:
-            spec = PolicySpec.recorded(self.store.recorded_policy())
+            spec = PolicySpec.recorded(self.store.recorded_policy(), self.host.default.name)
+        if spec.config is None:
+            logger.warning("no policy recorded: running %s (%s)", spec.name,
+                           self.host.default_reason)
         try:
             self._rebuild(spec)
         except DeschedError as exc:
             # A recorded policy that cannot run here (e.g. no predictor any more) must not
             # keep the service down: run the default and say why on /healthz.
-            self._rebuild(PolicySpec(DEFAULT_POLICY))
+            self._rebuild(self.host.default)
             self.host.refuse(spec.config, f"recorded policy {spec.name!r} refused: {exc}")
         self.tokens.clear()
         self.active = True
@@ -293,6 +312,8 @@ class Scheduler:
             self.clock.raise_floor(self.store.latest_time())
             self.next_seq = self.store.max_seq() + 1
             rows = self.store.live_tasks()
+            epoch = self.store.controls_epoch()
+            self.admission.apply(self.store.tenant_controls(), epoch)
         for row in rows:
             self._load(row)
         self.host.install(spec, self.tasks, self.queued, self.clock())
@@ -333,9 +354,11 @@ class Scheduler:
         self.backlog.setdefault(task.tenant, 0)
         if row["state"] == TaskState.LEASED.value:
             self.leases.adopt(i, task)
+            self.admission.gate.started(i)
         else:
             self.queued.add(i)
             self.backlog[task.tenant] += 1
+            self.admission.gate.queued(i)
 
     def save_policy_state(self, force: bool = False) -> Pending | None:
         """Record the policy's per-tenant state, at most once per ``state_save_s`` unless
@@ -385,6 +408,23 @@ class Scheduler:
                 return None
             return self.writer.add([config_write(TOKEN_EPOCH_SEEN_KEY, str(epoch))])
 
+    def refresh_controls(self) -> Pending | None:
+        """Apply the tenant controls recorded in the store if their epoch moved, and
+        acknowledge the epoch (``CONTROLS_EPOCH_SEEN_KEY``); the acknowledgement's commit,
+        or None when nothing moved. Cost: one query, two when it moved."""
+        if not self.active:
+            return None
+        with self.read_lock:
+            epoch = self.store.controls_epoch()
+            if epoch == self.admission.epoch:
+                return None
+            controls = self.store.tenant_controls()
+        with self.lock:
+            if not self.active:
+                return None
+            self.admission.apply(controls, epoch)
+            return self.writer.add([config_write(CONTROLS_EPOCH_SEEN_KEY, str(epoch))])
+
     def submit(
         self, tenant: str, items: Sequence[NewTask], idempotency_key: str | None = None
     ) -> tuple[list[str], bool, Pending | None]:
@@ -405,6 +445,7 @@ class Scheduler:
                 if earlier is not None:
                     return earlier[0], False, earlier[1]
             now = self.clock()
+            self.admission.check_submit(tenant, len(items), now)
             new = [
                 LiveTask.submitted(
                     self.next_seq + j,
@@ -455,7 +496,11 @@ class Scheduler:
                 return None, None
             policy = self.host.policy
             queue_len = len(self.queued)
-            i, skipped = pop_fitting(policy, self.live, now, free_mem_mb, self.max_fit_skips)
+            gate = self.admission.gate
+            i, skipped = pop_fitting(
+                policy, self.live, now, free_mem_mb, self.max_fit_skips, gate=gate,
+                backlog=lambda k: self.backlog.get(self.tasks.tenant_names[k], 0),
+            )
             self.counters.unfit_skips += skipped
             if i is None:
                 self.counters.unfit_polls += 1
@@ -473,13 +518,8 @@ class Scheduler:
                 lease_expires_at=expires,
                 start_s=now,
             )
-            pending = self.writer.add([write])
             tenant_backlog = self.backlog[task.tenant]
-            self.queued.discard(i)
-            self.backlog[task.tenant] -= 1
-            task.attempts = attempt
-            self.leases.grant(i, task, worker, worker_id, lease_id, expires_at=expires, now=now)
-            self.counters.decisions += 1
+            logged = None
             if self.log is not None:
                 record = decision_record(
                     task,
@@ -492,7 +532,16 @@ class Scheduler:
                     free_mem_mb=free_mem_mb,
                     skipped_unfit=skipped,
                 )
-                self.log.write_after(pending, "decision", now, record)
+                record.update(self.admission.in_force(task.tenant), priority=task.priority)
+                logged = self.log.line("decision", now, record)
+            pending = self.writer.add([write], after=logged)
+            gate.unqueued(i)
+            gate.started(i)
+            self.queued.discard(i)
+            self.backlog[task.tenant] -= 1
+            task.attempts = attempt
+            self.leases.grant(i, task, worker, worker_id, lease_id, expires_at=expires, now=now)
+            self.counters.decisions += 1
             self.counters.observe_latency(time.perf_counter() - t0)
             return Grant(task, lease_id, expires, attempt), pending
 
@@ -553,13 +602,16 @@ class Scheduler:
                 peak_mem_mb=peak_mem_mb,
                 result_ref=result_ref,
             )
-            pending = self.writer.add([write])
-            held = self.leases.release(i)
+            logged = self._completion_line(
+                now, task, task.worker, task.worker_id, "ok", duration_s, peak_mem_mb
+            )
+            pending = self.writer.add([write], after=logged)
+            self.leases.release(i)
+            self.admission.gate.finished(i)
             self._forget(i, task, TaskState.DONE, pending)
             self.counters.completed += 1
             self.host.policy.complete(i, now, duration_s)
             self.predictions.observe_completion(task.tenant, task.task_type, duration_s)
-            self._log_completion(pending, now, task, held, "ok", duration_s, peak_mem_mb)
             return pending
 
     def fail(
@@ -570,12 +622,10 @@ class Scheduler:
         with self.lock:
             now = self.clock()
             i, task = self._leased(worker, task_id, lease_id, now)
-            ran_s = now - task.start_s
             held = self.leases.release(i)
+            self.admission.gate.finished(i)
             state, pending = self._end_attempt(i, task, held, now, error, retryable)
             self.counters.failed += 1
-            if state is TaskState.DEAD:
-                self._log_completion(pending, now, task, held, "failed", ran_s, None)
             return state, pending
 
     def cancel(self, tenant: str, task_id: str) -> tuple[str, Pending | None]:
@@ -600,31 +650,42 @@ class Scheduler:
                     raise Conflict(f"task {task_id!r} cannot be cancelled: it is {state}")
                 return TaskState.CANCELLED.value, self.writer.add([])  # after the first's
             assert i is not None
+            was = TaskState.QUEUED.value if task.lease_id is None else TaskState.LEASED.value
+            logged = None
+            if self.log is not None:
+                leased = task.lease_id is not None
+                worker, worker_id = (task.worker, task.worker_id) if leased else (None, None)
+                record = cancel_record(task, was, worker, worker_id)
+                logged = self.log.line("cancel", now, record)
             if task.lease_id is None:
-                was, held = TaskState.QUEUED.value, None
                 self.host.policy.remove(i, now)
+                self.admission.gate.unqueued(i)
                 self.queued.discard(i)
                 self.backlog[task.tenant] -= 1
-                pending = self.writer.add([cancel_write(task.seq, None, now)])
+                pending = self.writer.add([cancel_write(task.seq, None, now)], after=logged)
                 self.counters.cancelled_queued += 1
             else:
-                was, held = TaskState.LEASED.value, self.leases.release(i)
-                pending = self.writer.add([cancel_write(task.seq, held.lease_id, now)])
+                held = self.leases.release(i)
+                self.admission.gate.finished(i)
+                write = cancel_write(task.seq, held.lease_id, now)
+                pending = self.writer.add([write], after=logged)
                 self.counters.cancelled_leased += 1
             self._forget(i, task, TaskState.CANCELLED, pending)
-            if self.log is not None:
-                worker, worker_id = (held.worker, held.worker_id) if held else (None, None)
-                record = cancel_record(task, was, worker, worker_id)
-                self.log.write_after(pending, "cancel", now, record)
             return was, pending
 
     def _end_attempt(
         self, i: int, task: LiveTask, held: Lease, now: float, error: str, retryable: bool
     ) -> tuple[TaskState, Pending]:
         """Task ``i``'s attempt under the lease ``held`` (released already) ended in
-        ``error``: requeue it, or dead-letter it when out of retries or not ``retryable``."""
+        ``error``: requeue it, or dead-letter it (and log its outcome, ``failed``) when out of
+        retries or not ``retryable``."""
         if not retryable or task.attempts > self.max_retries:
-            pending = self.writer.add([dead_letter_write(task.seq, held.lease_id, error, now)])
+            ran_s = now - task.start_s
+            logged = self._completion_line(
+                now, task, held.worker, held.worker_id, "failed", ran_s, None
+            )
+            write = dead_letter_write(task.seq, held.lease_id, error, now)
+            pending = self.writer.add([write], after=logged)
             self._forget(i, task, TaskState.DEAD, pending)
             self.counters.dead_lettered += 1
             return TaskState.DEAD, pending
@@ -636,6 +697,7 @@ class Scheduler:
         tenant = self.live[i].tenant
         self.queued.add(i)
         self.backlog[tenant] = self.backlog.get(tenant, 0) + 1
+        self.admission.gate.queued(i)
         self.host.policy.push(i, now)
 
     def _forget(self, i: int, task: LiveTask, state: TaskState, pending: Pending) -> None:
@@ -650,11 +712,9 @@ class Scheduler:
         """Requeue (or dead-letter) every task whose lease ended before ``now``; how many."""
         expired = self.leases.expired(now)
         for i, task, held in expired:
-            ran_s = now - task.start_s
-            state, pending = self._end_attempt(i, task, held, now, "lease expired", True)
+            self.admission.gate.finished(i)
+            self._end_attempt(i, task, held, now, "lease expired", True)
             self.counters.lease_expiries += 1
-            if state is TaskState.DEAD:
-                self._log_completion(pending, now, task, held, "failed", ran_s, None)
         return len(expired)
 
     def flush(self, timeout: float | None = 30.0) -> None:
@@ -671,22 +731,22 @@ class Scheduler:
                 self._rebuild(self.host.spec)
             return self._expire(self.clock())
 
-    def _log_completion(
+    def _completion_line(
         self,
-        pending: Pending,
         now: float,
         task: LiveTask,
-        held: Lease,
+        worker: str | None,
+        worker_id: str | None,
         status: str,
         duration_s: float,
         peak_mem_mb: float | None,
-    ) -> None:
-        """Log ``task``'s outcome once ``pending`` commits."""
-        if self.log is not None:
-            record = completion_record(
-                task, held.worker, held.worker_id, status, duration_s, peak_mem_mb
-            )
-            self.log.write_after(pending, "completion", now, record)
+    ) -> Callable[[], None] | None:
+        """What writes ``task``'s outcome to the decision log, for the writer to run once the
+        outcome's write commits (``Writer.add(after=...)``); None without a log."""
+        if self.log is None:
+            return None
+        record = completion_record(task, worker, worker_id, status, duration_s, peak_mem_mb)
+        return self.log.line("completion", now, record)
 
     def health(self) -> dict[str, Any]:
         with self.lock:
@@ -700,6 +760,8 @@ class Scheduler:
                 "leased": len(self.leases),
                 "predictor": self.predictions.duration is not None,
                 "policy_error": self.host.error,
+                "default_policy": self.host.default.name,
+                "default_policy_reason": self.host.default_reason,
             }
 
     def _snapshot(self) -> Snapshot:
@@ -711,6 +773,8 @@ class Scheduler:
                 leased=len(self.leases),
                 policy=self.host.spec.name,
                 active=self.active,
+                tenants=self.admission.tenants(self.tasks),
+                rate_limited=self.admission.rate_limited,
             )
 
     def metrics(self) -> str:

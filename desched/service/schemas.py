@@ -55,6 +55,13 @@ class TaskIn(RequestBody):
     doc_bytes: int | None = Field(None, ge=0, le=2**50, description="document size, bytes")
     pages: int | None = Field(None, ge=0, le=10**7, description="document pages")
     mem_mb: MemoryMb | None = Field(None, description="memory the task is expected to need")
+    priority: int = Field(
+        0,
+        ge=-1_000_000,
+        le=1_000_000,
+        description="priority within the tenant's own tasks, higher first (README, tenant "
+        "controls); it never moves the tenant ahead of another",
+    )
 
 
 TaskList = Annotated[list[TaskIn], Field(min_length=1, max_length=MAX_TASKS_PER_SUBMIT)]
@@ -78,6 +85,7 @@ class TaskView(Body):
     predicted_mem_mb: float | None = Field(
         None, description="memory the task is predicted to need (mem_mb hint or model)"
     )
+    priority: int = Field(0, description="priority within the tenant, higher first")
     duration_s: float | None = Field(None, description="real duration, as the worker reported")
     peak_mem_mb: float | None
     result_ref: str | None = Field(None, description="where the worker put the result")
@@ -162,6 +170,11 @@ class Health(Body):
     policy_error: str | None = Field(
         None, description="why the last recorded policy switch was refused, if it was"
     )
+    default_policy: str = Field(
+        description="the policy run when none is recorded: the recommended one with a "
+        "duration model loaded, one that needs no prediction without"
+    )
+    default_policy_reason: str = Field(description="why default_policy is the default")
 
 
 class Live(Body):

@@ -43,6 +43,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
+from desched.controls import Controls, TenantControl
 from desched.errors import DeschedError
 from desched.service.errors import LostLeadership
 from desched.service.records import LiveTask, Role, TaskState
@@ -90,12 +91,21 @@ SCHEMA = (
         peak_mem_mb DOUBLE PRECISION,
         result_ref TEXT,
         error TEXT,
+        priority INTEGER NOT NULL DEFAULT 0,
         UNIQUE (tenant, batch_key, batch_index)
     )""",
     "CREATE INDEX IF NOT EXISTS tasks_live ON tasks (seq) WHERE state IN ('queued', 'leased')",
     """CREATE TABLE IF NOT EXISTS config (
         key TEXT PRIMARY KEY,
         value TEXT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS tenant_controls (
+        tenant TEXT PRIMARY KEY,
+        weight DOUBLE PRECISION NOT NULL,
+        cap INTEGER,
+        rate DOUBLE PRECISION,
+        burst DOUBLE PRECISION,
+        updated_at DOUBLE PRECISION NOT NULL
     )""",
 )
 
@@ -111,6 +121,7 @@ _SUBMITTED_COLUMNS = (
     "predicted_mem_mb",
     "submit_s",
     "predicted_s",
+    "priority",
 )
 TASK_COLUMNS = (*_SUBMITTED_COLUMNS, "batch_key", "batch_index", "request_sha256", "state")
 """What a submit inserts, in the order of ``INSERT_TASK``'s parameters."""
@@ -135,6 +146,7 @@ VIEW_COLUMNS = (
     "end_s",
     "predicted_s",
     "predicted_mem_mb",
+    "priority",
     "duration_s",
     "peak_mem_mb",
     "result_ref",
@@ -144,6 +156,7 @@ ADDED_COLUMNS = (
     ("tasks", "predicted_mem_mb", "DOUBLE PRECISION"),
     ("principals", "expires_at", "DOUBLE PRECISION"),
     ("principals", "revoked_at", "DOUBLE PRECISION"),
+    ("tasks", "priority", "INTEGER NOT NULL DEFAULT 0"),
 )
 """``(table, column, type)`` added after the first release: ``migrate`` adds them to an old
 database."""
@@ -162,6 +175,11 @@ SET_CONFIG = (
     "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 )
 """Write config row ``(key, value)``, replacing an earlier value."""
+CONTROLS_EPOCH_KEY = "controls_epoch"
+"""Config row counting changes of the tenant controls; a running service re-reads the
+controls every sweep when it moved."""
+CONTROLS_EPOCH_SEEN_KEY = "controls_epoch_seen"
+"""Config row where the active service acknowledges the controls epoch it applies."""
 POLICY_STATE_KEY = "policy_state"
 """Config row holding the live policy's per-tenant state (``PolicyHost.state_write``)."""
 
@@ -225,6 +243,7 @@ def insert_write(
             task.predicted_mem_mb,
             task.submit_s,
             None if math.isnan(task.predicted_s) else task.predicted_s,
+            task.priority,
             batch_key,
             batch_index,
             request_sha256,
@@ -656,6 +675,41 @@ class Store:
             (role.value,),
         ).fetchall()
         return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+    def set_tenant_control(self, tenant: str, control: TenantControl) -> int:
+        """Record ``tenant``'s controls and count the change in the controls epoch (one
+        transaction); the new epoch, which a running service acknowledges in
+        ``CONTROLS_EPOCH_SEEN_KEY`` once it applies them."""
+        with self.transaction():
+            self.execute(
+                "INSERT INTO tenant_controls (tenant, weight, cap, rate, burst, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (tenant) DO UPDATE SET "
+                "weight = excluded.weight, cap = excluded.cap, rate = excluded.rate, "
+                "burst = excluded.burst, updated_at = excluded.updated_at",
+                (tenant, control.weight, control.cap, control.rate, control.burst, time.time()),
+            )
+            epoch = self.controls_epoch() + 1
+            self.execute(SET_CONFIG, (CONTROLS_EPOCH_KEY, str(epoch)))
+        return epoch
+
+    def tenant_controls(self) -> Controls:
+        """Every tenant's recorded controls."""
+        rows = self.execute(
+            "SELECT tenant, weight, cap, rate, burst FROM tenant_controls ORDER BY tenant"
+        ).fetchall()
+        return Controls(
+            {r[0]: TenantControl(weight=r[1], cap=r[2], rate=r[3], burst=r[4]) for r in rows}
+        )
+
+    def controls_epoch(self) -> int:
+        """Changes of the tenant controls so far (``CONTROLS_EPOCH_KEY``)."""
+        value = self.get_config(CONTROLS_EPOCH_KEY)
+        return int(value) if value is not None else 0
+
+    def controls_epoch_seen(self) -> int:
+        """The controls epoch the active service last acknowledged."""
+        value = self.get_config(CONTROLS_EPOCH_SEEN_KEY)
+        return int(value) if value is not None else 0
 
     def get_config(self, key: str) -> str | None:
         row = self.execute("SELECT value FROM config WHERE key = ?", (key,)).fetchone()

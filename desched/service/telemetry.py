@@ -9,7 +9,8 @@ queued tasks).
 
 Names, labels and meanings are part of the service's contract (dashboards, ``desched
 live-demo`` and ``benchmarks/bench_service.py`` read them): ``desched_queue_length{tenant}``,
-``desched_leased_tasks``, ``desched_active`` (1 while this process holds the writer lock, 0
+``desched_leased_tasks``, ``desched_tenant_weight{tenant}``, ``desched_tenant_cap{tenant}``,
+``desched_tenant_running{tenant}``, ``desched_tenant_rate_limit{tenant}``, ``desched_active`` (1 while this process holds the writer lock, 0
 while it stands by), the ``desched_*_total`` counters, ``desched_policy_info{policy}`` and
 the ``desched_decision_latency_seconds`` histogram.
 """
@@ -76,6 +77,9 @@ class Snapshot:
     leased: int
     policy: str
     active: bool
+    tenants: Sequence[tuple[str, float, int | None, int, float | None]] = ()
+    """``(tenant, weight, cap, running, rate)`` of every controlled or running tenant."""
+    rate_limited: int = 0
 
 
 _COUNTERS = (
@@ -146,6 +150,7 @@ class SchedulerCollector(Collector):
         cancelled.add_metric(["queued"], c.cancelled_queued)
         cancelled.add_metric(["leased"], c.cancelled_leased)
         yield cancelled
+        yield from tenant_families(s)
         info = GaugeMetricFamily("desched_policy_info", "The live policy.", labels=["policy"])
         info.add_metric([s.policy], 1)
         yield info
@@ -159,6 +164,37 @@ class SchedulerCollector(Collector):
             buckets=buckets,
             sum_value=c.latency_sum_s,
         )
+
+
+def tenant_families(s: Snapshot) -> Iterator[Metric]:
+    """The tenant controls in force and the tasks each tenant runs (``admission``)."""
+    weight = GaugeMetricFamily(
+        "desched_tenant_weight", "Tenant weight in force (1 unless set).", labels=["tenant"]
+    )
+    cap = GaugeMetricFamily(
+        "desched_tenant_cap", "Concurrency cap in force, for capped tenants.", labels=["tenant"]
+    )
+    running = GaugeMetricFamily(
+        "desched_tenant_running", "Tasks of the tenant leased now.", labels=["tenant"]
+    )
+    rate = GaugeMetricFamily(
+        "desched_tenant_rate_limit",
+        "Submit rate limit in force, tasks per second, for rate-limited tenants.",
+        labels=["tenant"],
+    )
+    for tenant, w, c, n, r in s.tenants:
+        weight.add_metric([tenant], w)
+        running.add_metric([tenant], n)
+        if c is not None:
+            cap.add_metric([tenant], c)
+        if r is not None:
+            rate.add_metric([tenant], r)
+    yield from (weight, cap, running, rate)
+    yield CounterMetricFamily(
+        "desched_rate_limited_submits",
+        "Submits refused with 429 for their tenant's rate limit.",
+        s.rate_limited,
+    )
 
 
 class Telemetry:

@@ -8,6 +8,10 @@ Invariants:
 - A caller hears of its write only through the ``Pending`` that ``add`` returns: resolved
   after the batch holding it commits, or failed with what made the batch fail. Each ``Write``
   must change exactly one row; one that changes none fails its batch with ``StaleWrite``.
+- A write may come with an ``after`` callable (the scheduler's decision-log record): after
+  its batch commits, the ``after`` callables of the batch run in queue order, then
+  ``after_batch`` (the log's flush), and only then do the batch's waiters wake up. After a
+  failed batch they never run.
 - After a failed batch, ``on_failure`` runs (the scheduler rebuilds its memory from the
   database) before any waiter of the batch wakes up and before the next batch is taken.
 - After ``stop`` no write is accepted (``Unavailable``); what was queued before is committed.
@@ -52,33 +56,40 @@ class Writer(threading.Thread):
         on_failure: Callable[[BaseException], None],
         on_idle: Callable[[], None] | None = None,
         idle_s: float = 0.25,
+        after_batch: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(name="desched-writer", daemon=True)
         self.store = store
         self.on_failure = on_failure
         self.on_idle = on_idle
         self.idle_s = idle_s
+        self.after_batch = after_batch
         self.cond = threading.Condition()
         self.writes: list[Write] = []
         self.waiters: list[Pending] = []
+        self.afters: list[Callable[[], None]] = []
         self.stopping = False
         self.batches = 0
 
-    def add(self, writes: Sequence[Write]) -> Pending:
-        """Queue ``writes`` (possibly none: a barrier) for the next batch."""
+    def add(self, writes: Sequence[Write], after: Callable[[], None] | None = None) -> Pending:
+        """Queue ``writes`` (possibly none: a barrier) for the next batch; ``after`` runs in
+        this thread once they commit, before any waiter of the batch wakes (never if the
+        batch fails)."""
         done: Pending = Future()
         with self.cond:
             if self.stopping:
                 raise Unavailable("the service is shutting down")
             self.writes.extend(writes)
             self.waiters.append(done)
+            if after is not None:
+                self.afters.append(after)
             self.cond.notify()
         return done
 
     def fail_queued(self, exc: BaseException) -> None:
         """Fail every write queued but not yet taken (their memory state is being reset)."""
         with self.cond:
-            waiters, self.writes, self.waiters = self.waiters, [], []
+            waiters, self.writes, self.waiters, self.afters = self.waiters, [], [], []
         for w in waiters:
             w.set_exception(exc)
 
@@ -102,8 +113,8 @@ class Writer(threading.Thread):
                         break
                 if not idle and not self.writes and not self.waiters:
                     return
-                writes, waiters = self.writes, self.waiters
-                self.writes, self.waiters = [], []
+                writes, waiters, afters = self.writes, self.waiters, self.afters
+                self.writes, self.waiters, self.afters = [], [], []
             if idle:
                 assert self.on_idle is not None
                 try:
@@ -122,8 +133,21 @@ class Writer(threading.Thread):
                     w.set_exception(exc)
                 continue
             self.batches += 1
+            if afters:
+                self._run_afters(afters)
             for w in waiters:
                 w.set_result(None)
+
+    def _run_afters(self, afters: list[Callable[[], None]]) -> None:
+        """The committed batch's ``after`` callables, then ``after_batch``; a failure is
+        logged and does not keep the waiters from hearing of their commit."""
+        try:
+            for after in afters:
+                after()
+            if self.after_batch is not None:
+                self.after_batch()
+        except Exception:  # the change is committed: its callers must hear so
+            logger.exception("after-commit callback failed")
 
     def commit(self, writes: list[Write]) -> None:
         """One transaction: every write changes its one row, or none is kept."""

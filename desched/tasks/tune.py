@@ -7,7 +7,9 @@ one flow run, so these tasks skip input hashing and caching.
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -17,6 +19,19 @@ from desched.bench import tuning
 from desched.bench.learning import Cell, LearnerResult
 from desched.bench.tuning import Judgement, TuneSettings
 from desched.bench.weights import WeightsCard
+
+
+@task(name="simulate", cache_policy=NONE, tags=["simulation"])
+def call(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """``fn(*args)``: one simulation of a tuning run, as a task run on the flow's runner."""
+    return fn(*args)
+
+
+def runner_map(fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """The ``desched.bench.learning.Mapper`` over the calling flow's task runner: one task
+    run per call, submitted at once, results in order."""
+    futures = [call.submit(fn, a) for a in args]
+    return [f.result() for f in futures]
 
 
 @task(cache_policy=NONE, tags=["simulation"])

@@ -1,0 +1,136 @@
+"""The fast run metrics (desched.metrics) against their loop-by-loop twin (metrics_naive)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from desched import metrics_naive
+from desched.errors import DeschedError
+from desched.metrics import MAX_WINDOWS, RunArrays, summarize, window_edges
+
+
+@st.composite
+def runs(draw: st.DrawFn) -> tuple[RunArrays, float | None]:
+    """A random finished run: tenants, submissions and waits on a coarse grid (so that many
+    events share an instant), or continuous ones."""
+    n = draw(st.integers(1, 60))
+    tenants = draw(st.integers(1, 6))
+    grid = draw(st.booleans())
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    tenant = np.array([f"t{k}" for k in rng.integers(0, tenants, n)])
+    if grid:
+        submit = rng.integers(0, 20, n).astype(float)
+        wait = rng.integers(0, 6, n).astype(float)
+        duration = rng.integers(1, 5, n).astype(float)
+    else:
+        submit = rng.uniform(0, 20, n) + 1000.0 * draw(st.integers(0, 3))
+        wait = rng.exponential(3.0, n) * rng.integers(0, 2, n)
+        duration = rng.exponential(2.0, n) + 1e-3
+    start = submit + wait
+    window = draw(st.one_of(st.none(), st.sampled_from([0.5, 1.0, 2.5, 7.0, 1e-4])))
+    if draw(st.booleans()):  # tenants given as codes into the sorted names (runs.summary_of)
+        names, codes = np.unique(tenant, return_inverse=True)
+        return RunArrays(codes, submit, duration, start, start + duration, names), window
+    return RunArrays(tenant, submit, duration, start, start + duration), window
+
+
+def close(a: float, b: float, scale: float) -> bool:
+    if isinstance(a, float) and math.isnan(a):
+        return isinstance(b, float) and math.isnan(b)
+    return abs(a - b) <= 1e-9 * max(abs(a), abs(b), scale)
+
+
+@settings(max_examples=300, deadline=None)
+@given(runs())
+def test_fast_summary_agrees_with_the_naive_twin(case: tuple[RunArrays, float | None]) -> None:
+    run, window = case
+    fast = summarize(run, workers=3, window_s=window)
+    naive = metrics_naive.summarize(run, workers=3, window_s=window)
+    assert fast.keys() == naive.keys()
+    # prefix sums of times carry rounding of order eps x (sum of times): the tolerance scale
+    scale = float(np.abs(run.end_s).max()) * run.end_s.size
+    for key, value in naive.items():
+        if key == "per_tenant":
+            assert list(fast[key]) == list(value)
+            for name, row in value.items():
+                for field, x in row.items():
+                    assert close(fast[key][name][field], x, 1.0), (name, field)
+        elif key == "windows":
+            assert len(fast[key]) == len(value)
+            for got, want in zip(fast[key], value):
+                assert got["tasks"] == want["tasks"]
+                assert got["backlogged_tenants"] == want["backlogged_tenants"]
+                assert got["start_s"] == want["start_s"] and got["end_s"] == want["end_s"]
+                assert close(got["jain_slowdown"], want["jain_slowdown"], 1.0)
+                assert close(got["service_lag_s"], want["service_lag_s"], scale)
+        elif key == "max_service_lag_s":
+            assert close(fast[key], value, scale)
+        else:
+            assert close(fast[key], value, 1.0), key
+
+
+def test_windows_are_bounded_and_stated_whatever_the_request() -> None:
+    # a 1-s burst served for 1,000 s: the default (span/20 = 0.05 s) would give 20,000 windows
+    n = 2000
+    rng = np.random.default_rng(3)
+    submit = np.sort(rng.uniform(0, 1, n))
+    duration = np.full(n, 0.5)
+    start = 1.0 + 0.5 * np.arange(n)
+    run = RunArrays(np.array([f"t{i % 7}" for i in range(n)]), submit, duration, start,
+                    start + duration)
+    for window in (None, 1e-6, 0.05):
+        s = summarize(run, workers=1, window_s=window)
+        assert s["windows_count"] == len(s["windows"]) <= MAX_WINDOWS
+        assert s["window_s"] >= (run.end_s.max() - submit.min()) / MAX_WINDOWS
+        assert s["windows"][-1]["end_s"] >= run.end_s.max()
+    # a window longer than the bound is kept as asked
+    s = summarize(run, workers=1, window_s=100.0)
+    assert s["window_s"] == pytest.approx(100.0)
+    assert s["windows_count"] == math.ceil((run.end_s.max() - submit.min()) / 100.0)
+
+
+def test_a_window_that_is_not_a_positive_number_is_refused() -> None:
+    x = np.array([0.0, 1.0])
+    for bad in (0.0, -1.0, math.nan, math.inf):
+        with pytest.raises(DeschedError, match="window_s must be a positive number"):
+            window_edges(x, x + 1, bad)
+
+
+def test_service_lags_do_not_depend_on_the_chunking(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(11)
+    n = 400
+    submit = rng.integers(0, 50, n).astype(float)
+    start = submit + rng.integers(0, 30, n)
+    duration = rng.integers(1, 4, n).astype(float)
+    run = RunArrays(np.array([f"t{k}" for k in rng.integers(0, 5, n)]), submit, duration,
+                    start, start + duration)
+    whole = summarize(run, workers=4, window_s=1.0)
+    monkeypatch.setattr("desched.metrics.PAIR_CHUNK", 3)
+    chunked = summarize(run, workers=4, window_s=1.0)
+    assert sum(w["backlogged_tenants"] for w in whole["windows"]) > 100
+    for a, b in zip(chunked["windows"], whole["windows"], strict=True):
+        assert (a["service_lag_s"], a["backlogged_tenants"]) == (
+            b["service_lag_s"], b["backlogged_tenants"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 6), max_size=20), st.lists(st.integers(0, 6), max_size=20),
+       st.booleans())
+def test_decision_log_merge_order_is_the_stable_sort(
+    decisions: list[int], completions: list[int], ordered: bool
+) -> None:
+    from desched.runs import merge_order
+
+    if ordered:
+        decisions, completions = sorted(decisions), sorted(completions)
+    d = np.array(decisions, dtype=float)
+    c = np.array(completions, dtype=float)
+    rows = [(t, 1, j) for j, t in enumerate(decisions)]
+    rows += [(t, 0, len(decisions) + j) for j, t in enumerate(completions)]
+    want = [row[2] for row in sorted(rows)]
+    assert merge_order(d, c).tolist() == want
