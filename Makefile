@@ -16,9 +16,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
+	mkdir -p "$(PREFECT_HOME)"  # Prefect creates its home without parents
 	$(VENV)/bin/desched demo
 
 test: $(STAMP)
+	mkdir -p "$(PREFECT_HOME)"
 	$(PY) -m pytest -q
 
 # The inner loop: every test but those marked slow (tests/conftest.py names them).

@@ -11,12 +11,14 @@ what a control costs on exactly the rules the service applies.
   ``tests/test_tenant_controls.py``). Other policies ignore weights. Weight 1 divides by
   nothing: decisions are bit-identical to a run without controls.
 - **Concurrency cap** (``cap``, >= 1, default none). At most ``cap`` of the tenant's tasks
-  run (are leased) at once. A capped tenant's tasks are refused by the ``fits`` of
-  ``Policy.pop_fitting`` (``desched/policies/base.py``): the poll gets the policy's first
-  candidate of a tenant under its cap, and the policy's state is exactly that of a
-  ``take`` of it (a skipped tenant keeps its turn and is not charged). When every queued
-  task belongs to a tenant at its cap, the worker gets nothing and idles until a task ends
-  or one arrives.
+  run (are leased) at once. The poll gets the policy's first candidate of a tenant under
+  its cap: the first task of the policy's pop sequence (``desched/policies/base.py``) whose
+  tenant is under its cap, and the policy's state is exactly that of a ``take`` of it (a
+  skipped tenant keeps its turn and is not charged), as if a ``fits`` of
+  ``Policy.pop_fitting`` refused the capped tenants' tasks; those count neither as skipped
+  nor against a limit (``Gate.choose``, which also says what the walk costs). When every
+  queued task belongs to a tenant at its cap, the worker gets nothing and idles until a
+  task ends or one arrives.
 - **Rate limit** (``rate`` submits per second, ``burst`` bucket size, default
   ``max(1, rate)``). A token bucket per tenant, full at the start: a submit of ``n`` tasks
   takes ``n`` tokens or is refused whole with the seconds until it would be admitted (HTTP
@@ -30,8 +32,8 @@ what a control costs on exactly the rules the service applies.
   order (the pop sequence) among its queued tasks of the highest priority that fit; the
   policy is then as after ``take`` of that task (charged for what ran). With one priority
   level queued per tenant this is the plain dispatch; otherwise it walks the policy's pop
-  sequence (``Policy.pop_sequence``) without changing the policy, which costs what that walk
-  costs (O(size of the policy) for a policy that walks a copy of itself).
+  sequence as ``Gate.choose`` says, and on to the tenant's first task of its highest
+  level (further for a tenant whose tasks of that level do not fit).
 
 ``Gate`` keeps the per-tenant books (running tasks, queued priority levels) and chooses;
 ``GatedQueue`` binds it to one policy for the simulator.
@@ -40,13 +42,14 @@ what a control costs on exactly the rules the service applies.
 from __future__ import annotations
 
 import csv
+import heapq
 import io
 import json
 import math
 import tomllib
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -100,9 +103,6 @@ class Controls:
 
     def of(self, tenant: str) -> TenantControl:
         return self.tenants.get(tenant, DEFAULT)
-
-    def with_tenant(self, tenant: str, control: TenantControl) -> Controls:
-        return Controls({**self.tenants, tenant: control})
 
     @property
     def has_caps(self) -> bool:
@@ -272,6 +272,12 @@ class Gate:
         self.levels: dict[int, Counter[int]] = {}
         self.mixed: set[int] = set()
         """Tenants with tasks of more than one priority level queued."""
+        self.members: dict[tuple[int, int], set[int]] = {}
+        """Queued tasks by (tenant, priority level)."""
+        self.heaps: dict[tuple[int, int], list[tuple[Any, ...]]] = {}
+        """``members`` as heaps in the policy's ``tenant_order`` (``order_of``), stale
+        entries dropped lazily; built for one policy at a time."""
+        self.order_of: Policy | None = None
         self.set_controls(controls or Controls())
 
     def set_controls(self, controls: Controls) -> None:
@@ -283,9 +289,6 @@ class Gate:
             for name, c in controls.tenants.items()
             if c.cap is not None
         }
-
-    def cap_of(self, k: int) -> int | None:
-        return self.caps.get(k)
 
     def admits(self, i: int) -> bool:
         """Whether task ``i``'s tenant is under its cap."""
@@ -299,9 +302,14 @@ class Gate:
             return
         k = self.tasks.tenant[i]
         levels = self.levels.setdefault(k, Counter())
-        levels[self.priority_of(i)] += 1
+        p = self.priority_of(i)
+        levels[p] += 1
         if len(levels) > 1:
             self.mixed.add(k)
+        self.members.setdefault((k, p), set()).add(i)
+        if self.order_of is not None:
+            key = self.order_of.tenant_order(i)
+            heapq.heappush(self.heaps.setdefault((k, p), []), (key, i))
 
     def unqueued(self, i: int) -> None:
         """Task ``i`` left the queue (dispatched or withdrawn)."""
@@ -310,6 +318,7 @@ class Gate:
         k = self.tasks.tenant[i]
         levels = self.levels[k]
         p = self.priority_of(i)
+        self.members[k, p].discard(i)
         levels[p] -= 1
         if not levels[p]:
             del levels[p]
@@ -326,32 +335,85 @@ class Gate:
         if not self.running[k]:
             del self.running[k]
 
-    def capped_backlog(self, backlog: Callable[[int], int]) -> int:
-        """Queued tasks of tenants at their cap (``backlog(k)``: queued tasks of ``k``): an
-        upper bound on the candidates a poll refuses for caps."""
-        return sum(backlog(k) for k, cap in self.caps.items() if self.running[k] >= cap)
-
     def choose(
         self, policy: Policy, now: float, fits: Fits | None = None, limit: int | None = None
     ) -> tuple[int | None, int]:
         """``(winner, skipped)`` like ``Policy.pop_fitting`` under the caps and priorities:
-        the winner is dispatched in the policy (not yet ``started`` here)."""
-        if fits is None and not self.caps and not self.mixed:
-            return policy.pop(now), 0
-        if self.caps:
-            admits = self.admits
-            allowed: Fits = admits if fits is None else (lambda i: admits(i) and fits(i))
+        the winner is dispatched in the policy (not yet ``started`` here).
+
+        The tenants at their cap are left out of the policy's pop sequence (the others keep
+        their order in it, so this is the walk of a ``fits`` that refuses their tasks);
+        ``skipped`` and ``limit`` count only the candidates ``fits`` refuses. The walk:
+        for a policy that ``skips_tenants`` (vtc, fair-sjf, round-robin), its own over
+        copies of its per-tenant state, O(K) to start, and for the substitute of a
+        priority level the walk of the winner's tenant alone; for one whose
+        ``requeue_is_exact``,
+        pops from the policy itself, every popped task pushed back before the winner is
+        taken (O(tasks popped), those of capped tenants included); else its
+        ``pop_sequence``. Without a capped tenant and without mixed priorities it is the
+        plain ``pop`` / ``pop_fitting``."""
+        capped = {k for k, cap in self.caps.items() if self.running[k] >= cap}
+        if not capped and not self.mixed:
+            if fits is None:
+                return policy.pop(now), 0
+            return policy.pop_fitting(now, fits, limit)
+        popped: list[int] = []
+        if policy.requeue_is_exact and not policy.skips_tenants:
+            sequence = self._popping(policy, now, capped, popped)
         else:
-            allowed = fits if fits is not None else (lambda i: True)
-        if not self.mixed:
-            return policy.pop_fitting(now, allowed, limit)
-        sequence = policy.pop_sequence(now)
-        first, skipped = first_fitting(sequence, allowed, limit)
-        if first is None:
-            return None, skipped
-        winner = self._substitute(first, sequence, fits)
-        policy.take(winner, now)
+            sequence = policy.pop_sequence(now, capped)
+        winner, skipped = first_fitting(sequence, fits or (lambda i: True), limit)
+        if winner is not None and self.tasks.tenant[winner] in self.mixed:
+            indexed = self._first_of_top_level(policy, winner, fits)
+            if indexed is not None:
+                winner = indexed
+            elif policy.skips_tenants:  # the tenant's own order: its tasks' walk alone
+                k = self.tasks.tenant[winner]
+                others = {j for j in self.levels if j != k}
+                sequence = policy.pop_sequence(now, others)
+                next(sequence)  # the winner again: its tenant's first
+            winner = self._substitute(winner, sequence, fits)
+        for i in popped:
+            policy.push(i, now)
+        if winner is not None:
+            policy.take(winner, now)
         return winner, skipped
+
+    def _popping(
+        self, policy: Policy, now: float, skip: set[int], popped: list[int]
+    ) -> Iterator[int]:
+        """The pop sequence of a policy whose ``requeue_is_exact``, by popping it (each
+        popped task noted in ``popped``, for the caller to push back), without the tasks of
+        the tenants in ``skip``."""
+        tenant = self.tasks.tenant
+        while len(policy):
+            i = policy.pop(now)
+            popped.append(i)
+            if tenant[i] not in skip:
+                yield i
+
+    def _first_of_top_level(self, policy: Policy, first: int, fits: Fits | None) -> int | None:
+        """For a policy with a fixed ``tenant_order``: the first task, in that order, of the
+        highest priority level queued for ``first``'s tenant, if it fits (None otherwise,
+        and for other policies: the caller walks). O(log m) amortised, after an O(n log n)
+        build of the heaps once per policy."""
+        if policy.tenant_order(first) is None:
+            return None
+        if self.order_of is not policy:
+            self.order_of = policy
+            self.heaps = {
+                kp: [(policy.tenant_order(i), i) for i in members]
+                for kp, members in self.members.items()
+            }
+            for heap in self.heaps.values():
+                heapq.heapify(heap)
+        k = self.tasks.tenant[first]
+        top = max(self.levels[k])
+        heap, members = self.heaps[k, top], self.members[k, top]
+        while heap[0][1] not in members:
+            heapq.heappop(heap)
+        head = heap[0][1]
+        return head if fits is None or fits(head) else None
 
     def _substitute(self, first: int, rest: Iterable[int], fits: Fits | None) -> int:
         """The task tenant ``k`` of ``first`` runs in its place: its first task in the pop
@@ -440,8 +502,3 @@ def pl_series(name: str, values: list[float]) -> Any:
     import polars as pl
 
     return pl.Series(name, values, dtype=pl.Float64)
-
-
-def replace_control(control: TenantControl, **changes: Any) -> TenantControl:
-    """``control`` with ``changes`` (None values left out)."""
-    return replace(control, **{k: v for k, v in changes.items() if v is not None})

@@ -15,6 +15,8 @@ os.environ.setdefault("PREFECT_HOME", str(ROOT / ".prefect" / "tests"))
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+# Prefect creates its home folder without parents: on a fresh clone .prefect/ is not there yet.
+Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
 
 
 # Markers (registered in pyproject.toml). `pytest -m "not slow"` (make test-fast) is the inner

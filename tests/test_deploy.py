@@ -1,32 +1,108 @@
-"""The ``retrain-duration-model`` deployment runs to completion through a real worker.
+"""The README's "Run it on a Prefect server" works as written.
 
-Starts ``prefect server start`` on 127.0.0.1 (state under .prefect/deploy-test/), creates the
-``cpu`` process work pool, deploys from prefect.yaml with ``prefect --no-prompt deploy``,
-starts ``prefect worker start --pool cpu`` and runs the deployment with ``--watch``, which
-exits 0 only when the flow run ends COMPLETED. About 45 s.
+The commands are read out of the README's fenced blocks under that heading, so the two cannot
+drift. The slow test runs them with bash, as written, in a copy of the checkout (the flows
+write ``data/`` and ``models/`` there), changing only the port (a free one instead of 4200)
+and ``PREFECT_HOME`` (a temporary folder): a real ``prefect server start`` on loopback,
+``desched deploy``, a process worker on the ``cpu`` pool and a first run of every CPU
+deployment, each ``--watch``ed to completion. The GPU block runs only where CUDA is there;
+elsewhere the GPU deployment is checked to exist. About 4 to 8 minutes.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
-from desched.cli.live import prefect_server_argv
-from desched.trace import write_trace
-from desched.workloads import generate
+from desched.cli.deploy import POOLS
 
 ROOT = Path(__file__).resolve().parents[1]
-DEPLOYMENT = "retrain-duration-model/retrain-duration-model"
+HEADING = "## Run it on a Prefect server"
+README_PORT = "4200"
+README_SERVICE_PORT = "8000"
+README_HOME = '"$PWD/.prefect/server"'
+RUN = re.compile(r"^prefect deployment run (\S+)/(\S+) .*--watch$")
+
+
+def deploy_blocks() -> tuple[str, str]:
+    """The section's two ``sh`` blocks: the CPU path, then the GPU machine's commands."""
+    text = (ROOT / "README.md").read_text()
+    assert HEADING in text, f"README.md has no section {HEADING!r}"
+    section = text.split(HEADING, 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
+    assert len(blocks) == 2, f"expected 2 sh blocks under {HEADING!r}, found {len(blocks)}"
+    return blocks[0], blocks[1]
+
+
+def runs_in(block: str) -> list[tuple[str, str]]:
+    """(flow, deployment) of every ``prefect deployment run ... --watch`` line."""
+    return [m.groups() for line in block.splitlines() if (m := RUN.match(line.strip()))]
+
+
+def test_the_readme_deploy_section_runs_every_deployment_of_prefect_yaml_on_its_pool() -> None:
+    config = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+    pools = {d["name"]: d["work_pool"]["name"] for d in config["deployments"]}
+    cpu, gpu = deploy_blocks()
+    assert set(pools.values()) == set(POOLS)
+    assert "desched deploy" in cpu and "prefect worker start --pool cpu" in cpu
+    assert "prefect worker start --pool gpu" in gpu
+    assert {d for _, d in runs_in(cpu)} == {n for n, p in pools.items() if p == "cpu"}
+    assert {d for _, d in runs_in(gpu)} == {n for n, p in pools.items() if p == "gpu"}
+    flows = {d["name"]: d["entrypoint"].rsplit(":", 1)[1] for d in config["deployments"]}
+    for flow, name in runs_in(cpu) + runs_in(gpu):  # the flow name is the @flow's
+        assert flow.replace("-", "_") == flows[name], (flow, name)
+    assert README_PORT in cpu and README_HOME in cpu and README_SERVICE_PORT in cpu
+
+
+def test_deploy_creates_the_missing_work_pools_and_leaves_existing_ones(prefect_harness) -> None:
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+
+    from desched.cli.deploy import ensure_pools
+
+    names = ("i9-test-cpu", "i9-test-gpu")
+    first = asyncio.run(ensure_pools(names))
+    assert first == [f"work pool {n}: created (type process)" for n in names]
+    assert asyncio.run(ensure_pools(names)) == [
+        f"work pool {n}: exists (type process), left as it is" for n in names
+    ]
+
+    async def template(name: str) -> dict:
+        async with get_client() as client:
+            return (await client.read_work_pool(name)).base_job_template
+
+    assert "job_configuration" in asyncio.run(template(names[0]))  # the process default
+
+
+def test_deploy_without_a_server_address_is_a_one_line_error(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT))
+
+    def deploy(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "desched.cli", "deploy", *args], env=env, cwd=tmp_path,
+            capture_output=True, text=True, timeout=120, check=False,
+        )
+
+    unset = deploy("--project", str(ROOT))
+    assert unset.returncode == 2
+    assert unset.stderr.startswith("error: PREFECT_API_URL is not set"), unset.stderr
+    assert unset.stderr.count("\n") == 1 and unset.stdout == ""
+    elsewhere = deploy()  # tmp_path has no prefect.yaml, but the checkout desched runs from has
+    assert elsewhere.returncode == 2 and "PREFECT_API_URL is not set" in elsewhere.stderr
+    missing = deploy("--project", str(ROOT / "docs"))
+    assert missing.returncode == 2 and "no prefect.yaml" in missing.stderr, missing.stderr
 
 
 def _free_port() -> int:
@@ -35,116 +111,99 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _prefect(*args: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "prefect", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+def _copy_checkout(dest: Path) -> Path:
+    """The checkout's source, samples and models, without outputs, caches or the venv."""
+    skip = {".git", ".venv", ".prefect", "__pycache__", ".pytest_cache", ".hypothesis",
+            ".ruff_cache", ".mypy_cache", "out"}
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        if Path(folder) == ROOT / "data":
+            return {n for n in names if n not in ("samples", "README.md")}
+        return {n for n in names if n in skip or n.endswith(".egg-info")}
+
+    shutil.copytree(ROOT, dest, ignore=ignore, symlinks=False)
+    return dest
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """End a process this test started (and its children), by its own process group."""
-    if process.poll() is None:
-        os.killpg(process.pid, 15)
+def _end_group(shell: subprocess.Popen[str]) -> None:
+    """End what the script started and left running (its own process group): SIGTERM, then
+    SIGKILL after 30 s (a Prefect worker waits on its runs)."""
+    for sig, grace in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
         try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, 9)
-            process.wait(timeout=10)
-
-
-@pytest.fixture()
-def prefect_server(tmp_path: Path) -> Iterator[dict[str, str]]:
-    home = ROOT / ".prefect" / "deploy-test"
-    shutil.rmtree(home, ignore_errors=True)
-    home.mkdir(parents=True)
-    port = _free_port()
-    env = {
-        **os.environ,
-        "PREFECT_HOME": str(home),
-        "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_SERVER_UI_ENABLED": "false",
-        "PREFECT_LOGGING_LEVEL": "INFO",
-    }
-    with open(tmp_path / "server.log", "wb") as log:
-        server = subprocess.Popen(
-            prefect_server_argv(port),
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + 120
-        while True:
+            os.killpg(shell.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            shell.poll()  # reap the script itself once it has ended
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=2):
-                    break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(
-                        "prefect server did not start:\n" + (tmp_path / "server.log").read_text()
-                    ) from None
-                time.sleep(1)
-        yield env
-    finally:
-        _stop(server)
+                os.killpg(shell.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.5)
+        else:
+            continue
+        break
+    shell.wait(timeout=10)
 
 
-def test_the_retrain_deployment_runs_to_completion_through_a_process_worker(
-    prefect_server: dict[str, str], tmp_path: Path
-) -> None:
-    env = prefect_server
-    trace = write_trace(generate("steady", tasks=1500, tenants=8, seed=5), tmp_path / "t.parquet")
-    registry = tmp_path / "models" / "duration"
-
-    pool = _prefect(
-        "work-pool", "create", "cpu", "--type", "process", "--overwrite", env=env, timeout=120
-    )
-    assert pool.returncode == 0, pool.stdout + pool.stderr
-    deploy = _prefect(
-        "--no-prompt", "deploy", "--name", "retrain-duration-model", env=env, timeout=180
-    )
-    assert deploy.returncode == 0, deploy.stdout + deploy.stderr
-
-    with open(tmp_path / "worker.log", "wb") as worker_log:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "prefect", "worker", "start", "--pool", "cpu"],
-            cwd=ROOT,
-            env=env,
-            stdout=worker_log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+def _has_cuda() -> bool:
+    if shutil.which("nvidia-smi") is None:
+        return False
     try:
-        run = _prefect(
-            "deployment",
-            "run",
-            DEPLOYMENT,
-            "--param",
-            f"trace={trace}",
-            "--param",
-            f"registry={registry}",
-            "--param",
-            "max_rounds=60",
-            "--watch",
-            "--watch-timeout",
-            "420",
-            env=env,
-            timeout=480,
-        )
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_the_readme_deploy_section_runs_as_written_on_a_loopback_server(tmp_path: Path) -> None:
+    cpu, gpu = deploy_blocks()
+    gpu_here = _has_cuda()
+    port, service_port = str(_free_port()), str(_free_port())
+    home = tmp_path / "prefect-home"
+    checkout = _copy_checkout(tmp_path / "checkout")
+    commands = cpu + (gpu if gpu_here else "")
+    script = (
+        commands.replace(README_PORT, port)
+        .replace(README_SERVICE_PORT, service_port)
+        .replace(README_HOME, f'"{home}"')
+    )
+    checks = "prefect deployment inspect enrichment-worker/enrichment-worker-gpu\n"
+    (tmp_path / "readme.sh").write_text(
+        "set -euxo pipefail\n"
+        "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n" + script + checks
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+        PYTHONPATH=str(checkout),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+    )
+    shell = subprocess.Popen(
+        ["bash", str(tmp_path / "readme.sh")], cwd=checkout, env=env, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        output, _ = shell.communicate(timeout=1500)
     finally:
-        _stop(worker)
-    detail = run.stdout + run.stderr + "\nworker log:\n" + (tmp_path / "worker.log").read_text()
-    assert run.returncode == 0, detail
-    assert "Completed" in run.stdout, detail
-    card = json.loads((registry / "v0001" / "card.json").read_text())
-    assert card["verdict"] == "promoted"
-    assert (registry / "CHAMPION").read_text().strip() == "v0001"
+        _end_group(shell)
+
+    logs = "".join(
+        f"\n--- {p.name} (last 3000 chars)\n{p.read_text(errors='replace')[-3000:]}"
+        for p in sorted(home.glob("*.log"))
+    )
+    assert shell.returncode == 0, output[-12000:] + logs
+    expected = len(runs_in(cpu)) + (len(runs_in(gpu)) if gpu_here else 0)
+    assert output.count("Flow run finished successfully in 'Completed'") == expected, output
+    assert "work pool cpu: created" in output and "work pool gpu: created" in output
+    assert "'enrichment-worker-gpu'" in output  # deployed, inspected
+    # what the first runs leave in the checkout
+    assert (checkout / "data" / "logs").is_dir()
+    assert (checkout / "data" / "warehouse.duckdb").is_file()
+    assert (checkout / "data" / "weights" / "first-run" / "card.json").is_file()
+    worker_log = (home / "worker-cpu.log").read_text(errors="replace")
+    assert "nothing to train" in worker_log  # both retrains, on the fresh warehouse
+    assert "0 of 0 files read" in worker_log  # ingest-logs, on the folder it created

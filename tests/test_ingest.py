@@ -227,12 +227,21 @@ def test_the_ingest_command_prints_one_line_and_refuses_a_missing_folder(prefect
     assert "error: logs folder" in missing.output and "does not exist" in missing.output
 
 
-def test_a_missing_logs_folder_fails_the_flow_at_once_without_retries(prefect_harness, tmp_path):
-    from desched.errors import DeschedError
+def test_a_missing_or_empty_logs_folder_completes_with_0_files(prefect_harness, tmp_path):
+    """A fresh set-up: the ingest-logs schedule fires before any log exists."""
+    from prefect.artifacts import Artifact
+
     from desched.flows.ingest import ingest_logs
 
-    with pytest.raises(DeschedError, match="does not exist"):
-        ingest_logs(str(tmp_path / "nope"), str(tmp_path / "w.duckdb"))
+    logs, db = tmp_path / "data" / "logs", tmp_path / "data" / "w.duckdb"
+    for _ in range(2):  # missing (created by the run), then empty
+        state = ingest_logs(str(logs), str(db), return_state=True)
+        assert state.is_completed(), state.message
+        summary = state.result()
+        assert summary.line().startswith("0 of 0 files read; 0 rows loaded")
+        assert logs.is_dir() and db.is_file()
+    report = Artifact.get("ingest-logs")
+    assert report is not None and "0 of 0 files read" in str(report.description)
 
 
 def test_a_file_that_fails_to_load_is_rolled_back_and_reported_after_the_others_load(
@@ -460,3 +469,31 @@ def test_cancel_records_of_the_live_service_are_accepted_and_loaded_into_no_tabl
     [report] = run_once(logs, db)
     assert (report.records_read, report.rows_loaded, report.quarantined) == (4, 3, {})
     assert counts(db)["decisions"] == 2 and counts(db)["completions"] == 1
+
+
+def test_ingest_task_runs_are_named_by_folder_and_file_not_absolute_path(prefect_harness, tmp_path):
+    import asyncio
+    import time
+
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    from desched.flows.ingest import ingest_logs
+
+    simulated_log(tmp_path / "logs" / "run-a")
+    state = ingest_logs(str(tmp_path / "logs"), str(tmp_path / "w.duckdb"), return_state=True)
+    assert state.is_completed()
+    runs = FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id]))
+
+    async def names() -> list[str]:
+        async with get_client() as client:
+            return [r.name for r in await client.read_task_runs(flow_run_filter=runs)]
+
+    deadline = time.monotonic() + 60  # task runs reach the API through events, a bit later
+    seen = asyncio.run(names())
+    while not any(n.startswith("ingest-") for n in seen):
+        assert time.monotonic() < deadline, seen
+        time.sleep(1)
+        seen = asyncio.run(names())
+    assert [n for n in seen if n.startswith("ingest-")] == ["ingest-run-a-decision-log.parquet"]
+    assert not any(str(tmp_path) in n for n in seen)

@@ -661,6 +661,10 @@ def test_a_service_killed_under_load_loses_no_accepted_task_and_completes_none_t
         for t in threads:
             t.start()
         time.sleep(1.0)
+        # kill it under load: once it has accepted something (a loaded box may take longer)
+        started = time.monotonic()
+        while not load.accepted and time.monotonic() - started < 60:
+            time.sleep(0.1)
         service.kill()
         accepted_before = len(load.accepted)
         service.start()  # same database, new port

@@ -310,3 +310,38 @@ def test_a_cap_holds_a_flooding_tenant_to_its_share_of_workers():
     assert gate is not None
     result = simulate(table, make_policy("fifo", table), 4, gate=gate)
     assert list(result.start_s) == [0.0, 0.0, 2.0, 2.0, 4.0, 4.0, 6.0, 6.0, 0.5, 0.5]
+
+
+@pytest.mark.parametrize("name", POLICIES)
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), controls=caps(), limit=st.sampled_from([None, 1, 3]))
+def test_a_choice_under_a_fits_test_is_the_same_for_fast_and_naive_policies(
+    name, data, controls, limit
+):
+    """The service's path: polls with a ``fits`` (free memory) over a queue where some
+    tenants run tasks already; fast and naive policies behind gates agree on every choice,
+    its refusal count and its score, poll after poll."""
+    tasks = data.draw(workloads(max_tasks=25))
+    priority = data.draw(priorities(len(tasks)))
+    unfit = data.draw(st.sets(st.integers(0, len(tasks) - 1)))
+    runs = data.draw(st.lists(st.integers(0, len(tasks) - 1), max_size=4, unique=True))
+    sides = []
+    for naive in (False, True):
+        policy = make_policy(name, tasks, naive=naive)
+        gate = Gate(tasks, controls, priority.__getitem__)
+        for i in range(len(tasks)):
+            if i not in runs:
+                gate.queued(i)
+                policy.push(i, 0.0)
+            else:
+                gate.started(i)
+        choices = []
+        while len(policy):
+            i, skipped = gate.choose(policy, 1.0, lambda j: j not in unfit, limit)
+            choices.append((i, skipped, policy.score if i is not None else None))
+            if i is None:
+                break
+            gate.unqueued(i)
+            gate.started(i)
+        sides.append(choices)
+    assert sides[0] == sides[1]

@@ -20,7 +20,7 @@ backend = test_service.backend  # the backend-parametrised fixture, reused here
 
 
 def post(url: str, path: str, token: str, body: object = None) -> httpx.Response:
-    return httpx.post(url + path, json=body, headers=auth(token), timeout=10.0)
+    return httpx.post(url + path, json=body, headers=auth(token), timeout=30.0)
 
 
 def metrics(url: str) -> dict[str, float]:

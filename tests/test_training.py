@@ -324,3 +324,113 @@ def test_the_cli_gives_one_line_errors_for_bad_arguments_and_missing_models(tmp_
     assert res.exit_code == 2 and "--registry" in res.output and "does not exist" in res.output
     for command in ("train", "predict", "models"):
         assert runner.invoke(cli, [command, "--help"]).exit_code == 0
+
+
+# --- one model per workload of the warehouse ---------------------------------------------------
+
+
+def _warehouse(path: Path, logs: dict[str, pl.DataFrame]) -> Path:
+    """A warehouse whose ``completions`` hold each trace as logged by the file named."""
+    import duckdb
+
+    frames = [
+        trace.with_columns(
+            pl.lit(source).alias("source"),
+            (pl.col("submit_s") + pl.col("duration_s") + 1.0).alias("t"),
+            pl.lit("ok").alias("status"),
+        )
+        for source, trace in logs.items()
+    ]
+    with duckdb.connect(str(path)) as con:
+        con.register("c", pl.concat(frames, how="diagonal_relaxed").to_arrow())
+        con.execute("CREATE TABLE completions AS SELECT * FROM c")
+    return path
+
+
+def test_workloads_are_the_folders_of_the_log_files_and_keys_are_stable_names(
+    tmp_path: Path,
+) -> None:
+    from desched.models.training import load_warehouse_workloads, workload_key
+
+    steady, flood = small_trace(300, seed=1), generate("flood", tasks=200, tenants=5, seed=2)
+    day2 = small_trace(100, seed=3).with_columns(pl.format("d2-{}", pl.col("task_id")).alias("task_id"))
+    db = _warehouse(tmp_path / "w.duckdb", {
+        str(tmp_path / "logs/svc/decision-log-20261201.jsonl"): steady,
+        str(tmp_path / "logs/svc/decision-log-20261202.jsonl"): day2,
+        str(tmp_path / "runs/flood/decision-log.parquet"): flood,
+    })
+    workloads = load_warehouse_workloads(db)
+    assert {k: v.height for k, v in workloads.items()} == {
+        str(tmp_path / "logs/svc"): 400, str(tmp_path / "runs/flood"): 200}
+    assert workload_key(str(tmp_path / "runs/flood"), base=tmp_path) == "runs-flood"
+    assert workload_key("/elsewhere/Data/My Logs", base=tmp_path) == "elsewhere-data-my-logs"
+
+
+def test_the_nightly_retrain_fits_one_model_per_workload_and_skips_a_small_one(
+    prefect_harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prefect.artifacts import Artifact
+
+    from desched.flows.retrain import retrain_duration_model
+
+    monkeypatch.chdir(tmp_path)
+    steady = small_trace(1500, seed=11)
+    heavy = generate("heavy-tail", tasks=1500, tenants=6, seed=4)
+    db = _warehouse(tmp_path / "w.duckdb", {
+        str(tmp_path / "logs/steady/decision-log.parquet"): steady,
+        str(tmp_path / "logs/heavy/decision-log.parquet"): heavy,
+        str(tmp_path / "logs/new/decision-log.parquet"): small_trace(50, seed=2),
+    })
+    out = retrain_duration_model(db=str(db), registry="reg", max_rounds=60)
+    assert out["trained"] == 2 and "nothing_to_train" not in out
+    by_key = out["workloads"]
+    assert by_key["logs-new"]["skipped"].startswith("50 completions")
+    for key, trace in (("logs-steady", steady), ("logs-heavy", heavy)):
+        assert by_key[key]["version"] == "v0001" and by_key[key]["verdict"] == "promoted"
+        card = json.loads((tmp_path / "reg" / key / "v0001" / "card.json").read_text())
+        # the model saw this workload's tasks and no other's
+        assert card["data_window"]["rows"] == trace.height
+        assert card["data_window"]["source"] == f"{db}:{tmp_path / 'logs' / key[5:]}"
+        report = Artifact.get(f"duration-model-report-{key}")
+        assert report is not None and "v0001" in str(report.data)
+    assert not (tmp_path / "reg" / "logs-new").exists()
+
+
+def test_the_nightly_retrain_on_a_fresh_setup_completes_with_nothing_to_train(
+    prefect_harness: None, tmp_path: Path
+) -> None:
+    from desched.flows.enrich import retrain_memory_model
+    from desched.flows.retrain import retrain_duration_model
+    from desched.warehouse.schema import open_warehouse
+
+    missing = str(tmp_path / "none.duckdb")
+    state = retrain_duration_model(db=missing, registry=str(tmp_path / "r"), return_state=True)
+    assert state.is_completed(), state.message
+    assert "no warehouse" in state.result()["nothing_to_train"]
+    empty = tmp_path / "empty.duckdb"
+    open_warehouse(empty).close()  # what the first ingest-logs run leaves: tables, no rows
+    out = retrain_duration_model(db=str(empty), registry=str(tmp_path / "r"))
+    assert out["trained"] == 0 and "no successful completion" in out["nothing_to_train"]
+    for db in (missing, str(empty)):
+        state = retrain_memory_model(db_path=db, out=str(tmp_path / "m"), return_state=True)
+        assert state.is_completed(), state.message
+        assert "nothing_to_train" in state.result()
+    assert not (tmp_path / "r").exists() and not (tmp_path / "m").exists()
+
+
+def test_the_train_command_on_a_warehouse_trains_each_workload_into_its_own_registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    db = _warehouse(tmp_path / "w.duckdb", {
+        str(tmp_path / "runs/a/decision-log.parquet"): small_trace(400, seed=1),
+        str(tmp_path / "runs/b/decision-log.parquet"): generate("flood", tasks=300, seed=2),
+    })
+    res = CliRunner().invoke(
+        cli, ["train", "--db", str(db), "--registry", "reg", "--max-rounds", "10"]
+    )
+    assert res.exit_code == 0, res.output
+    assert "runs-a: v0001 promoted" in res.output and "runs-b: v0001 promoted" in res.output
+    rows = {k: json.loads((tmp_path / "reg" / k / "v0001" / "card.json").read_text())
+            ["data_window"]["rows"] for k in ("runs-a", "runs-b")}
+    assert rows == {"runs-a": 400, "runs-b": 300}

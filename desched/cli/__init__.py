@@ -34,6 +34,7 @@ COMMANDS: dict[str, str] = {
     "tune": "desched.cli.bench:tune",
     "demo": "desched.cli.demo:demo",
     "judge": "desched.cli.judge:judge",
+    "deploy": "desched.cli.deploy:deploy",
 }
 
 

@@ -39,32 +39,46 @@ REGISTRY_OPTION = click.option(
 def train(db: Path | None, trace: Path | None, registry: Path, max_rounds: int, seed: int) -> None:
     """Train the duration model and offer it to the registry.
 
-    The new version becomes the champion only if its held-out MAE beats the champion's on the
-    same rows; otherwise it is kept, marked rejected, with the reason.
+    With --trace, one model in REGISTRY. With --warehouse, one model per workload of the warehouse
+    (the folder of its log files) in REGISTRY/<workload>: unrelated workloads are never fitted
+    together. The new version becomes the champion only if its held-out MAE beats the
+    champion's on the same rows; otherwise it is kept, marked rejected, with the reason.
     """
     from desched.models.promotion import register
-    from desched.models.training import TrainSettings, load_trace_or_swf, load_warehouse
+    from desched.models.training import (
+        TrainSettings,
+        load_trace_or_swf,
+        load_warehouse_workloads,
+        workload_key,
+    )
     from desched.models.training import train as fit
 
-    if db is not None and trace is None:
-        frame = load_warehouse(db)
-    elif trace is not None and db is None:
-        frame = load_trace_or_swf(trace)
+    settings = TrainSettings(max_rounds=max_rounds, seed=seed)
+    if trace is not None and db is None:
+        jobs = [(registry, load_trace_or_swf(trace), str(trace), None)]
+    elif db is not None and trace is None:
+        workloads = load_warehouse_workloads(db)
+        if not workloads:
+            raise DeschedError(f"{db}: table 'completions' has no successful completion")
+        jobs = [
+            (registry / workload_key(folder), frame, f"{db}:{folder}", workload_key(folder))
+            for folder, frame in workloads.items()
+        ]
     else:
         raise DeschedError("give exactly one of --warehouse FILE.duckdb or --trace TRACE.parquet")
-    result = fit(frame, TrainSettings(max_rounds=max_rounds, seed=seed), source=str(db or trace))
-    card = register(registry, result)
-    m = card.metrics
-    click.echo(f"{card.version} {card.verdict}: {card.reason}")
-    click.echo(
-        f"  model ({card.objective}): MAE {m.mae_s:.3f} s, MdAPE {m.mdape_pct:.1f} %, "
-        f"Spearman {_fmt(m.spearman)}"
-    )
-    for name, b in card.baselines.items():
+    for folder, frame, source, key in jobs:
+        card = register(folder, fit(frame, settings, source=source))
+        m = card.metrics
+        click.echo(f"{key + ': ' if key else ''}{card.version} {card.verdict}: {card.reason}")
         click.echo(
-            f"  {name}: MAE {b.mae_s:.3f} s, MdAPE {b.mdape_pct:.1f} %, "
-            f"Spearman {_fmt(b.spearman)}"
+            f"  model ({card.objective}): MAE {m.mae_s:.3f} s, MdAPE {m.mdape_pct:.1f} %, "
+            f"Spearman {_fmt(m.spearman)}"
         )
+        for name, b in card.baselines.items():
+            click.echo(
+                f"  {name}: MAE {b.mae_s:.3f} s, MdAPE {b.mdape_pct:.1f} %, "
+                f"Spearman {_fmt(b.spearman)}"
+            )
 
 
 @click.command()

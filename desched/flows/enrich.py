@@ -151,16 +151,21 @@ def enrichment_worker(
     return summary
 
 
-@flow(name="retrain-memory-model", log_prints=True)
+@flow(name="retrain-memory-model")
 def retrain_memory_model(db_path: str = DEFAULT_DB, out: str = "models/memory") -> dict[str, Any]:
     """Train the peak-memory model on the warehouse's completion records and register it as
     the champion of the registry ``out`` (read by ``desched serve`` through
-    DESCHED_MEMORY_MODEL); returns its card."""
+    DESCHED_MEMORY_MODEL); returns its card, or ``{"nothing_to_train": reason}`` on a fresh
+    set-up (no warehouse, or too few completions with a peak memory), a run that completes."""
     from desched.tasks.enrich import train_memory
 
+    logger = get_run_logger()
     card = train_memory(db_path, out)
-    print(
-        f"memory model {card['version']}: {card['rows']} rows, "
-        f"held-out MAE {card['metrics']['mae_mb']:.2f} MiB"
+    if "nothing_to_train" in card:
+        logger.info("nothing to train: %s", card["nothing_to_train"])
+        return card
+    logger.info(
+        "memory model %s: %s rows, held-out MAE %.2f MiB",
+        card["version"], card["rows"], card["metrics"]["mae_mb"],
     )
     return card

@@ -5,7 +5,9 @@ Entrypoint of the ``ingest-logs`` deployment (prefect.yaml), also run by ``desch
 
 from __future__ import annotations
 
-from prefect import flow
+from pathlib import Path
+
+from prefect import flow, get_run_logger
 
 from desched.errors import DeschedError
 from desched.tasks.ingest import (
@@ -38,12 +40,18 @@ def ingest_logs(
     (default: ``desched.warehouse.rules.KNOWN_TASK_TYPES`` and SWF's ``app<n>``/``q<n>``).
     ``gx_every_row``: let Great Expectations check every row, not an audit sample.
 
-    A file that cannot be read is quarantined whole and the run goes on. A file whose load
+    A missing ``logs_dir`` is created (a fresh set-up has no logs yet): the run then reads
+    0 files and completes. A file that cannot be read is quarantined whole and the run goes on. A file whose load
     fails otherwise (after retries) is rolled back and reported; the run then ends failed,
     after loading the others, and the next run reads that file again. Great Expectations then
     re-checks the run's audit sample; a disagreement with the polars rules (a bug, not bad
     data) is published and fails the run.
     """
+    logger = get_run_logger()
+    logs = Path(logs_dir)
+    if not logs.exists():
+        logs.mkdir(parents=True)
+        logger.info("logs folder %s did not exist: created it, 0 files to read", logs)
     settings = IngestSettings(task_types=TaskTypes.parse(task_types))
     if gx_every_row:
         settings = IngestSettings(task_types=settings.task_types, audit_rows=None)
@@ -85,6 +93,7 @@ def ingest_logs(
     )
     summary.gx_error = gx_error
     publish_ingest_report(summary, logs_dir, db_path)
+    logger.info("%s: %s", logs_dir, summary.line())
     if failed:
         path, error = next(iter(failed.items()))
         raise DeschedError(f"{len(failed)} log files failed to load; first: {path}: {error}")

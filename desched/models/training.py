@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -372,14 +373,9 @@ def load_trace_or_swf(path: str | Path) -> pl.DataFrame:
     return read_trace(path)
 
 
-def load_warehouse(db_path: str | Path) -> pl.DataFrame:
-    """Successful completion records of the DuckDB warehouse (``desched.warehouse``) as a
-    trace frame; ``t``, the completion time, becomes ``end_s``. Opens the database read-only.
-
-    The same task logged by several runs (one trace simulated under several policies) is kept
-    once, from the first source in name order; distinct tasks that share an id across sources
-    get ``source:task_id`` ids.
-    """
+def _read_completions(db_path: str | Path) -> pl.DataFrame:
+    """Every successful completion record of the warehouse, ``t`` renamed ``end_s``, in
+    (source, seq) order. Opens the database read-only."""
     import duckdb
 
     db_path = Path(db_path)
@@ -398,6 +394,12 @@ def load_warehouse(db_path: str | Path) -> pl.DataFrame:
         frame = frame.filter(pl.col("status").is_null() | (pl.col("status") == "ok"))
     if "end_s" not in frame.columns and "t" in frame.columns:
         frame = frame.rename({"t": "end_s"})
+    return frame
+
+
+def _one_per_task(frame: pl.DataFrame) -> pl.DataFrame:
+    """The same task logged by several files kept once (the first); distinct tasks that share
+    an id across files get ``source:task_id`` ids."""
     frame = frame.unique(
         ["task_id", "tenant", "task_type", "submit_s", "duration_s"],
         keep="first",
@@ -405,6 +407,59 @@ def load_warehouse(db_path: str | Path) -> pl.DataFrame:
     )
     if "source" in frame.columns and frame["task_id"].is_duplicated().any():
         frame = frame.with_columns((pl.col("source") + ":" + pl.col("task_id")).alias("task_id"))
+    return frame
+
+
+def load_warehouse(db_path: str | Path) -> pl.DataFrame:
+    """Successful completion records of the DuckDB warehouse (``desched.warehouse``) as a
+    trace frame; ``t``, the completion time, becomes ``end_s``. Opens the database read-only.
+
+    The same task logged by several runs (one trace simulated under several policies) is kept
+    once, from the first source in name order; distinct tasks that share an id across sources
+    get ``source:task_id`` ids. Every workload of the warehouse is in the frame:
+    ``load_warehouse_workloads`` separates them.
+    """
+    frame = _one_per_task(_read_completions(db_path))
     if frame.height == 0:
         raise DeschedError(f"{db_path}: table 'completions' has no successful completion")
     return frame
+
+
+def workload_of(source: str) -> str:
+    """The workload a log file belongs to: the folder it sits in (a simulation's run folder,
+    the service's log folder, whose daily files are one workload)."""
+    return str(Path(source).parent)
+
+
+def workload_key(folder: str, base: str | Path | None = None) -> str:
+    """A short, stable name for a workload folder, usable as a registry sub-folder and in an
+    artifact key: the folder relative to ``base`` (default: the current directory) when it is
+    inside it, else the whole path; lower case, every run of other characters one ``-``
+    (``/repo/data/logs/flood`` under ``/repo`` -> ``data-logs-flood``)."""
+    path = Path(folder)
+    root = Path(base) if base is not None else Path.cwd()
+    try:
+        path = path.resolve().relative_to(root.resolve())
+    except ValueError:
+        pass
+    key = re.sub(r"[^a-z0-9]+", "-", str(path).lower()).strip("-")
+    return key or "workload"
+
+
+def load_warehouse_workloads(db_path: str | Path) -> dict[str, pl.DataFrame]:
+    """Successful completion records of the warehouse, one trace frame per workload
+    (``workload_of`` its ``source``), in folder order; empty when there is none. A model is
+    trained per workload: tasks of unrelated workloads (a flood scenario, a supercomputer's
+    log) do not share one duration distribution, so one model fitted to their mix predicts
+    neither well. Within a workload the same task logged by several files is kept once."""
+    frame = _read_completions(db_path)
+    if frame.height == 0:
+        return {}
+    if "source" not in frame.columns:
+        return {str(db_path): _one_per_task(frame)}
+    folders = frame["source"].map_elements(workload_of, return_dtype=pl.String)
+    frame = frame.with_columns(folders.alias("_workload"))
+    return {
+        folder: _one_per_task(frame.filter(pl.col("_workload") == folder).drop("_workload"))
+        for folder in sorted(frame["_workload"].unique().to_list())
+    }

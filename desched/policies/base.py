@@ -30,7 +30,7 @@ from __future__ import annotations
 import copy
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar
 
@@ -98,6 +98,11 @@ class Policy(ABC):
     depends only on the queued set (not on the order of pushes), ``now`` and state that
     neither touches: pushing popped tasks back then restores the state exactly, so the
     default ``pop_fitting`` may pop candidates and push the refused ones back."""
+    skips_tenants: ClassVar[bool] = False
+    """Whether ``pop_sequence(now, skip)`` leaves out the skipped tenants at no cost per
+    task of theirs (a walk over copies of per-tenant state), so that a caller refusing whole
+    tenants (a concurrency cap, ``desched.controls``) walks that instead of refusing their
+    tasks one by one."""
     score_reads_queue: ClassVar[bool] = True
     """Whether a task's ``score`` and ``parts`` depend on the other queued tasks (maxima,
     backlogs); where not, the score a task gets in the pop sequence is the one ``take``
@@ -153,14 +158,23 @@ class Policy(ABC):
             return self.pop_fitting_by_requeue(now, fits, limit)
         return self.pop_fitting_by_walk(now, fits, limit)
 
-    def pop_sequence(self, now: float) -> Iterator[int]:
+    def pop_sequence(self, now: float, skip: Collection[int] = ()) -> Iterator[int]:
         """The tasks successive pops from the current state would give, in order, leaving
-        this policy untouched. This default pops a deep copy of it (the task table shared),
-        O(size of the policy) to start; round-robin and VTC walk copies of their ring or
-        counters instead."""
+        this policy untouched, without those of the tenant codes in ``skip``. This default
+        pops a deep copy of it (the task table shared), O(size of the policy) to start, and
+        filters; round-robin and VTC walk copies of their ring or counters instead."""
         trial = copy.deepcopy(self, {id(self.tasks): self.tasks})
+        tenant = self.tasks.tenant
         while len(trial) > 0:
-            yield trial.pop(now)
+            i = trial.pop(now)
+            if not skip or tenant[i] not in skip:
+                yield i
+
+    def tenant_order(self, i: int) -> tuple[Any, ...] | None:
+        """Where the policy keeps a fixed order within each tenant (its pop sequence gives a
+        tenant's tasks in increasing ``tenant_order``), task ``i``'s key in it; None where
+        the order within a tenant depends on the state (this default)."""
+        return None
 
     def pop_fitting_by_walk(
         self, now: float, fits: Fits, limit: int | None = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 from desched.policies.base import (
@@ -141,9 +141,16 @@ class RoundRobin(Policy):
             return self.pop(now), 0
         return self.pop_fitting_by_walk(now, fits, limit)
 
-    def pop_sequence(self, now: float) -> Iterator[int]:
-        """The tasks successive pops would give, in order, without popping any."""
-        ring = deque(self.ring)
+    skips_tenants = True
+
+    def tenant_order(self, i: int) -> tuple[Any, ...]:
+        """A tenant's tasks are served in ``task_key`` order, ties by position."""
+        return (*self.queues.task_key(i), i)
+
+    def pop_sequence(self, now: float, skip: Collection[int] = ()) -> Iterator[int]:
+        """The tasks successive pops would give, in order, without popping any, the
+        tenants in ``skip`` left out of the copy of the ring."""
+        ring = deque(k for k in self.ring if k not in skip)
         offers: dict[int, Iterator[int]] = {}
         left = {k: self.queues.count(k) for k in ring}
         while ring:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 from desched.policies.base import (
@@ -281,11 +281,19 @@ class Vtc(Policy):
             return self.pop(now), 0
         return self.pop_fitting_by_walk(now, fits, limit)
 
-    def pop_sequence(self, now: float) -> Iterator[int]:
+    skips_tenants = True
+
+    def tenant_order(self, i: int) -> tuple[Any, ...]:
+        """A tenant's tasks are served in ``task_key`` order, ties by position."""
+        return (*self.queues.task_key(i), i)
+
+    def pop_sequence(self, now: float, skip: Collection[int] = ()) -> Iterator[int]:
         """The tasks successive pops would give, in order, without popping any: each one
-        handed out is charged to a copy of its tenant's counter before the next."""
+        handed out is charged to a copy of its tenant's counter before the next. The
+        tenants in ``skip`` are left out of the walk (no other tenant's place depends on
+        theirs)."""
         version = self.version
-        heap = [e[:-1] for e in self.heap if version[e[-2]] == e[-1]]
+        heap = [e[:-1] for e in self.heap if version[e[-2]] == e[-1] and e[-2] not in skip]
         heapq.heapify(heap)
         offers: dict[int, Iterator[int]] = {}
         left: dict[int, int] = {}

@@ -14,10 +14,9 @@ what a poll gets under the caps and priorities through the policy's ``pop_fittin
 ``pop_sequence`` and ``take`` (a skipped capped tenant leaves no trace in the policy); the
 ``RateLimits`` refuse a submit over the tenant's token bucket with 429 and ``Retry-After``.
 
-A candidate refused for a cap does not count towards ``max_fit_skips``: the poll may look at
-up to ``max_fit_skips`` plus the queued tasks of the tenants at their cap, so that caps never
-leave a worker idle while another tenant's task fits. Changing a tenant's rate or burst
-refills its bucket.
+The tasks of a tenant at its cap are left out of the poll's walk of the policy and do not
+count towards ``max_fit_skips``, so that caps never leave a worker idle while another
+tenant's task fits. Changing a tenant's rate or burst refills its bucket.
 """
 
 from __future__ import annotations

@@ -39,16 +39,15 @@ def pop_fitting(
     max_fit_skips: int,
     admit: Callable[[LiveTask], bool] | None = None,
     gate: Gate | None = None,
-    backlog: Callable[[int], int] | None = None,
 ) -> tuple[int | None, int]:
     """``(position, skipped)`` of the task the poll gets, or ``(None, skipped)`` when none of
     the first ``max_fit_skips`` candidates fits. The policy must not be empty.
 
     ``admit`` is the hook for per-tenant admission: a candidate it refuses is skipped
     exactly as one that does not fit, so it moves no policy state. ``gate`` applies the
-    tenant controls (caps and priority levels, ``desched.controls.Gate.choose``); candidates
-    it refuses for a cap do not count towards ``max_fit_skips`` (``backlog(k)``: queued tasks
-    of tenant code ``k``, bounds them)."""
+    tenant controls (caps and priority levels, ``desched.controls.Gate.choose``): the tasks
+    of tenants at their cap are left out of the walk and count neither as skipped nor
+    towards ``max_fit_skips``."""
     if free_mem_mb is None and admit is None and gate is None:
         return policy.pop(now), 0
 
@@ -62,5 +61,4 @@ def pop_fitting(
     if gate is None:
         return policy.pop_fitting(now, fits, max_fit_skips)
     plain = free_mem_mb is None and admit is None
-    extra = gate.capped_backlog(backlog) if backlog is not None and gate.caps else 0
-    return gate.choose(policy, now, None if plain else fits, max_fit_skips + extra)
+    return gate.choose(policy, now, None if plain else fits, max_fit_skips)

@@ -498,8 +498,7 @@ class Scheduler:
             queue_len = len(self.queued)
             gate = self.admission.gate
             i, skipped = pop_fitting(
-                policy, self.live, now, free_mem_mb, self.max_fit_skips, gate=gate,
-                backlog=lambda k: self.backlog.get(self.tasks.tenant_names[k], 0),
+                policy, self.live, now, free_mem_mb, self.max_fit_skips, gate=gate
             )
             self.counters.unfit_skips += skipped
             if i is None:

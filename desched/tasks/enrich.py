@@ -119,14 +119,22 @@ def report_batch(
 @task(name="train-memory-model", **_WAREHOUSE_IO)
 def train_memory(db_path: str, out: str) -> dict[str, Any]:
     """Completion records of the warehouse -> a new version of the peak-memory model registry
-    ``out``, promoted to champion; its card, as JSON."""
-    from desched.models.memory_training import train_memory_model
+    ``out``, promoted to champion; its card, as JSON. With no warehouse yet, or fewer
+    completions with a peak memory than the model needs, ``{"nothing_to_train": reason}``."""
+    from desched.models.memory_training import MIN_ROWS, train_memory_model, training_rows
     from desched.models.promotion import register
 
+    if not Path(db_path).is_file():
+        return {"nothing_to_train": f"no warehouse at {db_path} yet"}
     con = duckdb.connect(db_path, read_only=True)
     try:
         frame = con.sql("SELECT * FROM completions").pl()
     finally:
         con.close()
+    n = training_rows(frame).height if frame.height else 0
+    if n < MIN_ROWS:
+        return {
+            "nothing_to_train": f"{db_path}: {n} completions with peak memory (need {MIN_ROWS})"
+        }
     result = train_memory_model(frame, source=f"{db_path}:completions")
     return register(out, result).model_dump(mode="json")

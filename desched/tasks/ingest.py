@@ -8,6 +8,7 @@ re-reads the same bytes.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -56,7 +57,16 @@ def plan_ingestion(
         return plan(con, logs_dir, settings)
 
 
-@task(name="ingest-log-file", task_run_name="ingest-{work.path}", **_IO_TASK)
+def _ingest_run_name() -> str:
+    """``ingest-<folder>-<file>``: the log file by its folder and name, never its absolute
+    path (which the run's parameters and report carry)."""
+    from prefect.runtime import task_run
+
+    path = Path(task_run.parameters["work"].path)
+    return f"ingest-{path.parent.name}-{path.name}"
+
+
+@task(name="ingest-log-file", task_run_name=_ingest_run_name, **_IO_TASK)
 def ingest_log_file(work: FileWork, db_path: str, settings: IngestSettings) -> FileReport:
     """Read, check and load one log file in one transaction; the report carries the rows
     for the GX audit (or GX has checked every row already, with ``audit_rows=None``)."""

@@ -13,6 +13,7 @@ from typing import Any
 import polars as pl
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
 
 from desched.models import promotion, training
@@ -33,6 +34,7 @@ def _content_key(context: TaskRunContext, parameters: dict[str, Any]) -> str | N
 
 
 @task(
+    name="load-training-data",
     retries=2,
     retry_delay_seconds=5,
     cache_key_fn=_content_key,
@@ -47,12 +49,21 @@ def load_training_data(db: str | None = None, trace: str | None = None) -> pl.Da
     return training.load_trace_or_swf(trace)
 
 
-@task
-def train_duration_model(frame: pl.DataFrame, settings: TrainSettings, source: str) -> TrainResult:
+@task(name="load-workloads", retries=2, retry_delay_seconds=5, cache_policy=NO_CACHE)
+def load_workloads(db: str) -> dict[str, pl.DataFrame]:
+    """The warehouse's completion records, one frame per workload (its log files' folder)."""
+    return training.load_warehouse_workloads(db)
+
+
+@task(name="train-duration-model", task_run_name="train-{workload}", cache_policy=NO_CACHE)
+def train_duration_model(
+    frame: pl.DataFrame, settings: TrainSettings, source: str, workload: str = "model"
+) -> TrainResult:
+    """One duration model on ``frame`` (one workload's tasks); ``source`` goes on its card."""
     return training.train(frame, settings, source=source)
 
 
-@task
+@task(name="register-version", cache_policy=NO_CACHE)
 def register_version(registry_dir: str, result: TrainResult) -> DurationCard:
     """Write the version, apply the promotion rule, return its card."""
     return promotion.register(registry_dir, result)
@@ -103,12 +114,14 @@ def report_markdown(card: DurationCard) -> str:
     return "\n".join(lines) + "\n"
 
 
-@task
-def publish_report(card: DurationCard) -> None:
-    """A markdown artifact (metrics vs baselines, verdict) and a table artifact of metrics."""
+@task(name="publish-report", cache_policy=NO_CACHE)
+def publish_report(card: DurationCard, workload: str | None = None) -> None:
+    """A markdown artifact (metrics vs baselines, verdict) and a table artifact of metrics,
+    keyed per workload (``duration-model-report-<workload>``) when there is one."""
+    suffix = f"-{workload}" if workload else ""
     create_markdown_artifact(
         markdown=report_markdown(card),
-        key="duration-model-report",
+        key=f"duration-model-report{suffix}",
         description=f"Duration model {card.version}: {card.verdict}",
     )
     rows = [{"predictor": "model", **card.metrics.model_dump()}] + [
@@ -116,6 +129,6 @@ def publish_report(card: DurationCard) -> None:
     ]
     create_table_artifact(
         table=rows,
-        key="duration-model-metrics",
+        key=f"duration-model-metrics{suffix}",
         description=f"{card.version} ({card.verdict}): {card.reason}",
     )
