@@ -104,3 +104,20 @@ def test_the_learning_curve_shows_the_score_of_the_weights_shipped():
         assert "weights shipped: J = 1.041" in legend and "best so far" in legend
     finally:
         plt.close(fig)
+
+
+@pytest.mark.parametrize("workloads", [1, 2, 4])
+def test_the_pareto_legend_fits_inside_the_figure(points, workloads):
+    import matplotlib.pyplot as plt
+
+    keep = list(RANGES)[:workloads]
+    fig = pareto_figure([p for p in points if p.workload in keep])
+    try:
+        fig.canvas.draw()
+        box = fig.legends[0].get_window_extent(fig.canvas.get_renderer())
+        width, height = fig.canvas.get_width_height()
+        assert box.x0 >= 0 and box.x1 <= width and box.y0 >= 0 and box.y1 <= height
+        for ax in fig.axes:  # and below every panel, not over one
+            assert not ax.get_window_extent().overlaps(box)
+    finally:
+        plt.close(fig)

@@ -167,3 +167,29 @@ def test_the_simulators_own_logs_keep_every_physical_rule(tmp_path):
     run_once(tmp_path / "logs", tmp_path / "w.duckdb", IngestSettings(audit_rows=None))
     assert query(tmp_path / "w.duckdb", "SELECT count(*) AS n FROM quarantine")["n"][0] == 0
     assert query(tmp_path / "w.duckdb", "SELECT count(*) AS n FROM completions")["n"][0] == 6
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--warehouse", "NOTDB"], ["--warehouse", "cannot open it as a DuckDB database"]),
+    (["--task-types", "re:["], ["task type pattern '['"]),
+])
+def test_a_bad_warehouse_or_task_type_pattern_is_one_line_before_prefect_starts(
+    tmp_path, args, words
+):
+    from click.testing import CliRunner
+
+    from desched.cli import cli
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "notdb.duckdb").write_text("not a database\n")
+    argv = ["ingest", "--logs", str(tmp_path / "logs"),
+            *[str(tmp_path / "notdb.duckdb") if a == "NOTDB" else a for a in args]]
+    if "--warehouse" not in argv:
+        argv += ["--warehouse", str(tmp_path / "w.duckdb")]
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    for word in words:
+        assert word in lines[0]
+    assert not (tmp_path / "w.duckdb").exists()  # refused before anything ran

@@ -38,6 +38,9 @@ def draw_curve(ax: Any, curve: Sequence[CurvePoint], xlabel: str,
     if shipped is not None:
         ax.axhline(shipped, color="C2", lw=1.6, label=f"weights shipped: J = {shipped:.3f}")
         ax.plot([steps[-1]], [shipped], "o", color="C2", ms=6)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(xlabel)
     ax.set_ylabel("J on training traces")
     ax.grid(alpha=0.3)

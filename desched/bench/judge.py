@@ -61,6 +61,7 @@ from desched.bench.judge_cases import (
 )
 from desched.errors import DeschedError
 from desched.records import Record
+from desched.tables import table_lines
 
 __all__ = [
     "Case", "Criterion", "JudgeResult", "Outcome", "Thresholds", "Tune", "Verdict",
@@ -398,33 +399,31 @@ def markdown(result: JudgeResult) -> str:
         f"Δ Jain ≥ {th.delta_jain_min}, worst tenant (≥ {th.min_tenant_tasks} tasks) ≤ "
         f"{th.worst_tenant_max}×. ✗ marks a failed criterion."),
         "",
-        "| log | policy | gain | p99 vs today | Δ Jain | worst tenant | passed |",
-        "|---|---|---|---|---|---|---|",
     ]
-    for v in result.verdicts:
-        if v.kind != "log" or v.policy == result.today:
-            continue
-        c = v.criteria
-        lines.append(
-            f"| {v.workload} | {v.policy} | {_cell(c['gain'])} | {_cell(c['p99'], 2, '×')} | "
-            f"{_cell(c['delta_jain'], 3)} | {_cell(c['worst_tenant'], 2, '×')}"
-            f"{'' if v.worst_tenant_name is None else ' (' + v.worst_tenant_name + ')'} | "
-            f"{v.passed}/{len(c)} |")
+    lines += table_lines(
+        ["log", "policy", "gain", "p99 vs today", "Δ Jain", "worst tenant", "passed"],
+        [[v.workload, v.policy, _cell(v.criteria["gain"]), _cell(v.criteria["p99"], 2, "×"),
+          _cell(v.criteria["delta_jain"], 3),
+          _cell(v.criteria["worst_tenant"], 2, "×")
+          + ("" if v.worst_tenant_name is None else f" ({v.worst_tenant_name})"),
+          f"{v.passed}/{len(v.criteria)}"]
+         for v in result.verdicts if v.kind == "log" and v.policy != result.today])
     scen = [v for v in result.verdicts if v.kind == "scenario" and v.policy != result.today]
     if scen:
-        lines += ["", "No harm on the DES scenarios (values: the policy's, then today's):", "",
-                  ("| scenario | policy | mean response s | Jain (slowdown) | max service lag s "
-                  "| passed |"), "|---|---|---|---|---|---|"]
-        for v in scen:
-            c = v.criteria
-            lines.append(
-                f"| {v.workload} | {v.policy} | {_cell(c['mean_response'], 1)} / "
-                f"{_fmt(c['mean_response'].bound, 1)} | {_cell(c['jain_slowdown'], 3)} / "
-                f"{_fmt(c['jain_slowdown'].bound, 3)} | {_cell(c['max_service_lag'], 0)} / "
-                f"{_fmt(c['max_service_lag'].bound, 0)} | {v.passed}/{len(c)} |")
-    lines += ["", "Range over the logs:", "",
-              "| policy | gain | p99 vs today | Δ Jain | worst tenant | logs passing all four |",
-              "|---|---|---|---|---|---|"]
+        lines += ["", "No harm on the DES scenarios (values: the policy's, then today's):", ""]
+        lines += table_lines(
+            ["scenario", "policy", "mean response s", "Jain (slowdown)", "max service lag s",
+             "passed"],
+            [[v.workload, v.policy,
+              (f"{_cell(v.criteria['mean_response'], 1)} / "
+              f"{_fmt(v.criteria['mean_response'].bound, 1)}"),
+              (f"{_cell(v.criteria['jain_slowdown'], 3)} / "
+              f"{_fmt(v.criteria['jain_slowdown'].bound, 3)}"),
+              (f"{_cell(v.criteria['max_service_lag'], 0)} / "
+              f"{_fmt(v.criteria['max_service_lag'].bound, 0)}"),
+              f"{v.passed}/{len(v.criteria)}"] for v in scen])
+    lines += ["", "Range over the logs:", ""]
+    ranges: list[list[str]] = []
     for spec in result.policies:
         if spec == result.today:
             continue
@@ -438,9 +437,10 @@ def markdown(result: JudgeResult) -> str:
                 return "n/a"
             return f"{_fmt(min(vals), digits)} to {_fmt(max(vals), digits)}"
 
-        lines.append(f"| {spec} | {span('gain', 2)} | {span('p99', 2)} | "
-                     f"{span('delta_jain', 3)} | {span('worst_tenant', 2)} | "
-                     f"{sum(v.all_passed for v in mine)}/{len(mine)} |")
+        ranges.append([spec, span("gain", 2), span("p99", 2), span("delta_jain", 3),
+                       span("worst_tenant", 2), f"{sum(v.all_passed for v in mine)}/{len(mine)}"])
+    lines += table_lines(["policy", "gain", "p99 vs today", "Δ Jain", "worst tenant",
+                          "logs passing all four"], ranges)
     lines += ["", (f"Recommendation: **{result.recommendation or 'none'}**: "
               f"{result.recommendation_reason}."), ""]
     return "\n".join(lines)

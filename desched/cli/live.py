@@ -116,15 +116,18 @@ def _tenant_table(db: Path) -> list[tuple[str, int, int, float, float, float]]:
 
 @click.command("live-demo")
 @click.option("--quick", is_flag=True, help="small and fast: 48 receipts, 2 workers, tiny model")
-@click.option("--receipts", type=int, default=None, help="receipts to submit [626; quick 48]")
-@click.option("--workers", "n_workers", type=int, default=None, help="workers [3; quick 2]")
+@click.option("--receipts", type=click.IntRange(min=1), default=None,
+              help="receipts to submit [626; quick 48]")
+@click.option("--workers", "n_workers", type=click.IntRange(min=1), default=None,
+              help="workers [3; quick 2]")
 @click.option(
     "--model",
     type=click.Choice(["auto", "minilm", "tiny"]),
     default=None,
     help="embedding model [auto; quick tiny]",
 )
-@click.option("--policy", default="ifs-memoryless", show_default=True, help="live policy")
+@click.option("--policy", default="ifs-memoryless", show_default=True, metavar="SPEC",
+              help="live policy: NAME or 'NAME?KEY=VALUE&KEY=VALUE'")
 @click.option("--out", default=None, help="output folder [data/live-demo/<time>]")
 @click.option("--timeout-s", type=float, default=None, help="drain time limit [900; quick 240]")
 @click.option("--no-pipeline", is_flag=True, help="skip ingestion and retraining")
@@ -140,6 +143,9 @@ def live_demo(
 ) -> None:
     """Service + Prefect server + workers; tenants submit SROIE receipts (one floods); the
     queue drains per tenant; then ingestion and retraining run on the decision logs."""
+    from desched.cli.grammar import policy_spec
+
+    policy_spec(policy)  # a bad policy spec is one line, before anything starts
     import httpx
 
     from desched.enrich.documents import DEFAULT_SROIE, load_sroie

@@ -27,6 +27,8 @@ def configure_logging(verbose: bool) -> None:
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", level)
         os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", level)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # a busy machine needs more than Prefect's default 20 s to start the temporary server
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     logging.getLogger("great_expectations").setLevel(logging.INFO if verbose else logging.WARNING)
     for name, quiet in ALWAYS_QUIET.items():

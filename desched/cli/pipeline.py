@@ -11,6 +11,24 @@ from desched.warehouse.rules import KNOWN_TASK_TYPES, TASK_TYPE_PATTERNS
 from desched.warehouse.schema import DEFAULT_DB
 
 
+def _check_before_the_flow(db_path: Path, task_types: str | None) -> None:
+    """Refuse a bad --task-types or a --warehouse that is not a DuckDB file in one line,
+    before Prefect's server starts."""
+    from desched.warehouse.rules import TaskTypes
+
+    TaskTypes.parse(task_types)
+    if db_path.is_file():
+        import duckdb
+
+        try:
+            duckdb.connect(str(db_path), read_only=True).close()
+        except duckdb.Error as exc:
+            raise DeschedError(
+                f"--warehouse {db_path}: cannot open it as a DuckDB database "
+                f"({str(exc).splitlines()[0]})"
+            ) from None
+
+
 @click.command("ingest")
 @click.option(
     "--logs", "logs_dir", required=True, type=click.Path(path_type=Path),
@@ -43,6 +61,7 @@ def ingest(logs_dir: Path, db_path: Path, task_types: str | None, gx_every_row: 
         raise DeschedError(f"logs folder {logs_dir} does not exist or is not a folder")
     if db_path.is_dir():
         raise DeschedError(f"--warehouse {db_path} is a folder; give the warehouse file's path")
+    _check_before_the_flow(db_path, task_types)
     from desched.flows.ingest import ingest_logs
 
     summary = ingest_logs(str(logs_dir), str(db_path), task_types, gx_every_row)

@@ -19,7 +19,7 @@ from desched.tasks.ingest import (
     publish_ingest_report,
 )
 from desched.warehouse.audit import AuditQueue, AuditResult
-from desched.warehouse.ledger import FileReport
+from desched.warehouse.ledger import Action, FileReport
 from desched.warehouse.report import IngestSummary, summarize
 from desched.warehouse.rules import TaskTypes
 from desched.warehouse.schema import DEFAULT_DB, DEFAULT_LOGS
@@ -75,6 +75,10 @@ def ingest_logs(
             gx_error = state.message or "failed"
 
     for item in work:
+        if item.action is Action.SKIPPED:  # not a log: reported with its reason, not read
+            reports.append(FileReport(item.path, item.format.value, item.action.value,
+                                      detail=item.detail))
+            continue
         state = ingest_log_file(item, db_path, settings, return_state=True)
         if not state.is_completed():
             failed[item.path] = state.message or state.name or "failed"

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from desched.bench.report.numbers import fmt
 from desched.bench.report.records import DeployHarmRow, DeployRow, DeploySection
+from desched.tables import table_lines
 
 if TYPE_CHECKING:
     from desched.bench.judge import JudgeResult
@@ -92,30 +93,31 @@ def markdown_section(d: DeploySection | None, plot: str | None) -> list[str]:
          f"today's, a Jain's index (per-tenant mean bounded slowdown) no lower, and no tenant "
          f"with {th['min_tenant_tasks']:.0f} tasks or more worse than "
          f"{fmt(th['worst_tenant_max'], 1)}×; ✗ marks a failed criterion."), "",
-        "| log | policy | gain | p99 vs today | Δ Jain | worst tenant | passed |",
-        "|---|---|---|---|---|---|---|",
     ]
-    for r in d.rows:
-        worst = _x(r.worst_tenant) + (f" (`{r.worst_tenant_name}`)" if r.worst_tenant_name
-                                      else "")
-        lines.append(
-            f"| `{r.workload}` | `{r.policy}` | {_mark(r, 'gain', fmt(r.gain, 2))} | "
-            f"{_mark(r, 'p99', _x(r.p99_ratio))} | "
-            f"{_mark(r, 'delta_jain', fmt(r.delta_jain, 3, sign=True))} | "
-            f"{_mark(r, 'worst_tenant', worst)} | {r.passed} of {r.criteria} |")
+
+    def worst(r: DeployRow) -> str:
+        name = f" (`{r.worst_tenant_name}`)" if r.worst_tenant_name else ""
+        return _mark(r, "worst_tenant", _x(r.worst_tenant) + name)
+
+    lines += table_lines(
+        ["log", "policy", "gain", "p99 vs today", "Δ Jain", "worst tenant", "passed"],
+        [[f"`{r.workload}`", f"`{r.policy}`", _mark(r, "gain", fmt(r.gain, 2)),
+          _mark(r, "p99", _x(r.p99_ratio)),
+          _mark(r, "delta_jain", fmt(r.delta_jain, 3, sign=True)), worst(r),
+          f"{r.passed} of {r.criteria}"] for r in d.rows])
     if d.harm:
         lines += ["", (f"No harm on the DES scenarios (the policy's value / `{d.today}`'s):"),
-                  "", ("| scenario | policy | mean response s | Jain | max service lag s | "
-                  "passed |"), "|---|---|---|---|---|---|"]
-        for h in d.harm:
-            lines.append(
-                f"| `{h.workload}` | `{h.policy}` | "
-                f"{_mark(h, 'mean_response', fmt(h.mean_response_s))} / "
-                f"{fmt(h.today_mean_response_s)} | "
-                f"{_mark(h, 'jain_slowdown', fmt(h.jain_slowdown, 3))} / "
-                f"{fmt(h.today_jain_slowdown, 3)} | "
-                f"{_mark(h, 'max_service_lag', fmt(h.max_service_lag_s))} / "
-                f"{fmt(h.today_max_service_lag_s)} | {h.passed} of {h.criteria} |")
+                  ""]
+        lines += table_lines(
+            ["scenario", "policy", "mean response s", "Jain", "max service lag s", "passed"],
+            [[f"`{h.workload}`", f"`{h.policy}`",
+              (f"{_mark(h, 'mean_response', fmt(h.mean_response_s))} / "
+              f"{fmt(h.today_mean_response_s)}"),
+              (f"{_mark(h, 'jain_slowdown', fmt(h.jain_slowdown, 3))} / "
+              f"{fmt(h.today_jain_slowdown, 3)}"),
+              (f"{_mark(h, 'max_service_lag', fmt(h.max_service_lag_s))} / "
+              f"{fmt(h.today_max_service_lag_s)}"),
+              f"{h.passed} of {h.criteria}"] for h in d.harm])
     if plot:
         lines += ["", f"![per-tenant harm]({plot})"]
     rec = d.recommendation

@@ -13,6 +13,9 @@ from desched.bench.report.numbers import pct
 from desched.bench.report.records import ParetoPoint, Q1Workload, Q2Learner, Q3Section
 from desched.runs import read_summary
 
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h", "p", "d")
+"""One marker per policy, cycled; a colour and a marker tell two policies apart."""
+
 
 def _plt() -> Any:
     import matplotlib
@@ -83,16 +86,20 @@ def plot_q1(dirs: dict[str, str], q1: Q1Workload, baseline: str, title: str, out
         ax.set_ylim(0, 1)
         if col == 0:
             ax.set_ylabel("share of service started")
+            ax.legend(fontsize=7, ncol=2, title="tenant", title_fontsize=7)
         ax.set_xlabel(f"time ({unit})")
-    axes[0, 0].legend(fontsize=7, ncol=2)
+    axes[0, 0].legend(fontsize=7, ncol=2, title="tenant", title_fontsize=7)
     ax_j, ax_l = axes[2, 0], axes[2, 1] if len(frames) > 1 else axes[2, 0]
-    for policy, d in dirs.items():
+    # policies get colours the tenants above do not use, so no colour means two things
+    for i, (policy, d) in enumerate(dirs.items()):
         ws = read_summary(d).windows
         x = [w.start_s / scale for w in ws]
-        ax_j.plot(x, [w.jain_slowdown for w in ws], ".-", label=policy)
-        ax_l.plot(x, [w.service_lag_s for w in ws], ".-", label=policy)
+        style = {"color": f"C{len(colors) + i}", "marker": MARKERS[i % len(MARKERS)], "ms": 4}
+        ax_j.plot(x, [w.jain_slowdown for w in ws], "-", label=policy, **style)
+        ax_l.plot(x, [w.service_lag_s for w in ws], "-", label=policy, **style)
     ax_j.set_ylabel("windowed Jain's index")
     ax_l.set_ylabel("service lag per window (s)")
+    ax_l.yaxis.set_major_formatter(_thousands())
     for ax in (ax_j, ax_l):
         ax.set_xlabel(f"window start ({unit})")
         ax.grid(alpha=0.3)
@@ -178,7 +185,6 @@ def plot_q3_tenants(q3: Q3Section, sims: dict[str, HeldoutRuns], out: Path) -> P
     return out
 
 
-MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h", "p", "d")
 
 
 def _policy_styles(policies: Sequence[str], clairvoyant: set[str]) -> dict[str, dict[str, Any]]:
@@ -274,8 +280,8 @@ def pareto_figure(points: Sequence[ParetoPoint]) -> Any:
                for p in policies]
     handles.append(Line2D([], [], color="black", ls="--", marker="o", markerfacecolor="white",
                           markeredgecolor="black", label="on the Pareto front (black edge)"))
-    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=8,
-               frameon=False)
-    rows_of_legend = -(-len(handles) // 6)
-    fig.tight_layout(rect=(0, 0.035 * rows_of_legend + 0.01, 1, 1))
+    ncol = max(1, min(len(handles), int(fig.get_figwidth() / 2.6)))
+    fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+    rows_of_legend = -(-len(handles) // ncol)
+    fig.tight_layout(rect=(0, min(0.4, 0.036 * rows_of_legend + 0.01), 1, 1))
     return fig
