@@ -223,3 +223,12 @@ def test_the_report_section_states_only_numbers_of_its_record_and_draws_the_harm
     assert unmatched_numbers(text, section.model_dump()) == []
     png = plot_tenant_harm(section, tmp_path / "deploy-tenants.png")
     assert png.stat().st_size > 5000
+
+
+def test_the_cache_keeps_apart_cases_of_different_settings(tmp_path: Path) -> None:
+    log = write_swf(tmp_path / "syn.1-x.swf", 600, 1)  # dots in the name, as the real logs
+    whole = jd.prepare_log(log, cache_dir=tmp_path / "cache")
+    part = jd.prepare_log(log, cache_dir=tmp_path / "cache", max_tasks=400)
+    assert (whole.tasks, part.tasks) == (180, 120)
+    assert len(list((tmp_path / "cache").glob("*.parquet"))) == 2
+    assert jd.prepare_log(log, cache_dir=tmp_path / "cache", max_tasks=400).tasks == 120
