@@ -1,0 +1,304 @@
+"""The workloads of the deployment judge (``desched.bench.judge``), prepared once and cached.
+
+A *log case* is one real SWF log, cut by submit time: the first ``train_frac`` of its tasks
+(in submit order, ties in file order) train the duration model with the very code of
+``desched train`` (``desched.models.training.train``: its own train/valid/test slices, the
+objective chosen on valid, p50 and p90 quantile models beside it); the model then predicts
+every task of the log as ``desched predict`` does (the tenant-history features come from
+tasks that ended before each submit, so the test tasks see the training tasks' history, as a
+service that has been running would), and the last ``1 - train_frac`` of the tasks, rebased
+to start at 0, is the *test part*. It carries ``predicted_s`` (the chosen model, floored at
+1e-6 s like ``desched predict``), ``predicted_p50_s`` and ``predicted_p90_s``. Its worker
+count is ``desched.bench.demo.workers_for(test, load)`` and its submit times are then scaled
+so that the offered load ``total work / submission span / workers`` is exactly ``load``
+(durations untouched): the same rescaling as a trace spec's ``load`` option.
+
+A *scenario case* is a DES scenario (``steady``, ``flood``) for the no-harm check: seed 1 of
+the scenario (20,000 tasks, 8 workers, load 0.85: the demo's traces) is the test trace, and
+the model is trained on seed 2 of the same scenario, so it never sees the tasks it predicts.
+
+Preparing a log trains seven LightGBM models; the test part and its metadata are cached under
+``cache_dir`` keyed by the log's content hash and every setting that changes them, so a
+second run reads a Parquet file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import polars as pl
+
+from desched.errors import DeschedError
+
+CACHE_VERSION = 1
+"""Bumped when the preparation changes, so that stale cache files are not read."""
+TRAIN_FRAC = 0.7
+LOAD = 0.9
+SCENARIOS: tuple[str, ...] = ("steady", "flood")
+SCENARIO_TASKS = 20_000
+SCENARIO_WORKERS = 8
+SCENARIO_LOAD = 0.85
+SCENARIO_TEST_SEED = 1
+SCENARIO_TRAIN_SEED = 2
+PREDICTED_COLUMNS: tuple[str, ...] = ("predicted_s", "predicted_p50_s", "predicted_p90_s")
+MIN_PREDICTION_S = 1e-6
+
+Progress = Callable[[str], None]
+CaseKind = Literal["log", "scenario"]
+
+
+@dataclass
+class Case:
+    """One workload of the judge: its test trace (with predictions) and how to run it.
+
+    ``outcomes`` caches ``desched.bench.judge.evaluate`` results by resolved policy spec.
+    """
+
+    name: str
+    kind: CaseKind
+    source: str
+    frame: pl.DataFrame
+    workers: int
+    mean_train_duration_s: float
+    model: dict[str, Any]
+    outcomes: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def tasks(self) -> int:
+        return self.frame.height
+
+    def info(self) -> dict[str, Any]:
+        """What ``judge.json`` records about the case."""
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "source": self.source,
+            "tasks": self.tasks,
+            "tenants": int(self.frame["tenant"].n_unique()),
+            "workers": self.workers,
+            "mean_train_duration_s": self.mean_train_duration_s,
+            "model": self.model,
+        }
+
+
+def default_logs() -> list[Path]:
+    """The bundled real logs (``desched.samples.traces_dir()/*.swf.gz``), sorted by name."""
+    from desched.samples import require, traces_dir
+
+    folder = require(traces_dir(), "folder of SWF logs")
+    logs = sorted(folder.glob("*.swf.gz")) + sorted(folder.glob("*.swf"))
+    if not logs:
+        raise DeschedError(f"{folder}: no SWF log (*.swf, *.swf.gz)")
+    return logs
+
+
+def log_name(path: Path) -> str:
+    """``LANL-CM5-1994-4.1-cln`` for ``.../LANL-CM5-1994-4.1-cln.swf.gz``."""
+    return path.name.removesuffix(".gz").removesuffix(".swf")
+
+
+def _digest(*parts: Any) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p if isinstance(p, bytes) else json.dumps(p, sort_keys=True).encode())
+        h.update(b"\x1f")
+    return h.hexdigest()[:16]
+
+
+def _model_info(result: Any) -> dict[str, Any]:
+    best = min(result.baselines.items(), key=lambda kv: kv[1]["mae_s"])
+    return {
+        "objective": result.objective,
+        "mae_s": result.metrics["mae_s"],
+        "spearman": result.metrics["spearman"],
+        "best_baseline": best[0],
+        "best_baseline_mae_s": best[1]["mae_s"],
+        "train_rows": result.window["rows"],
+        **{k: v for k, v in result.quantile_metrics.items() if k.endswith("_coverage")},
+    }
+
+
+def predict_frame(result: Any, frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` plus ``PREDICTED_COLUMNS`` from a ``TrainResult`` (history from the frame's
+    own finished tasks, as ``Predictor.features_of``). A quantile model that was not fitted
+    leaves its column out."""
+    from desched.models.features import feature_matrix, with_history
+
+    x = feature_matrix(with_history(frame), result.spec)
+    columns = [pl.Series("predicted_s", np.maximum(result.model.predict_s(x), MIN_PREDICTION_S))]
+    for key, column in (("p50", "predicted_p50_s"), ("p90", "predicted_p90_s")):
+        model = result.quantile_models.get(key)
+        if model is not None:
+            columns.append(pl.Series(column, np.maximum(model.predict_s(x), MIN_PREDICTION_S)))
+    return frame.drop([c for c in PREDICTED_COLUMNS if c in frame.columns]).with_columns(columns)
+
+
+def rescale_to_load(frame: pl.DataFrame, workers: int, load: float) -> pl.DataFrame:
+    """``frame`` with ``submit_s`` scaled so that ``sum(duration) / span / workers == load``."""
+    span = float(frame["submit_s"].max()) - float(frame["submit_s"].min())  # type: ignore[arg-type]
+    if span <= 0:
+        return frame
+    offered = float(frame["duration_s"].sum()) / (span * workers)
+    return frame.with_columns(pl.col("submit_s") * (offered / load))
+
+
+def split_log(frame: pl.DataFrame, train_frac: float) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The first ``train_frac`` of the tasks by submit time and the rest (stable order)."""
+    frame = frame.sort("submit_s", maintain_order=True)
+    cut = round(frame.height * train_frac)
+    if cut < 1 or cut >= frame.height:
+        raise DeschedError(f"cannot split {frame.height} tasks at train_frac {train_frac}")
+    return frame[:cut], frame[cut:]
+
+
+def _train(frame: pl.DataFrame, source: str, settings: Any) -> Any:
+    from desched.models.training import train
+
+    return train(frame, settings, source=source)
+
+
+def _read_cache(base: Path) -> Case | None:
+    meta_path, data_path = base.with_suffix(".json"), base.with_suffix(".parquet")
+    if not (meta_path.is_file() and data_path.is_file()):
+        return None
+    try:
+        meta = json.loads(meta_path.read_text())
+        frame = pl.read_parquet(data_path)
+    except (OSError, ValueError, pl.exceptions.PolarsError):
+        return None
+    return Case(frame=frame, **meta)
+
+
+def _write_cache(base: Path, case: Case) -> None:
+    base.parent.mkdir(parents=True, exist_ok=True)
+    case.frame.write_parquet(base.with_suffix(".parquet"))
+    meta = {k: v for k, v in case.info().items() if k in
+            ("name", "kind", "source", "workers", "mean_train_duration_s", "model")}
+    base.with_suffix(".json").write_text(json.dumps(meta, indent=1))
+
+
+def prepare_log(
+    path: str | Path,
+    *,
+    cache_dir: Path | None,
+    max_tasks: int | None = None,
+    train_frac: float = TRAIN_FRAC,
+    load: float = LOAD,
+    settings: Any = None,
+    progress: Progress | None = None,
+) -> Case:
+    """The log case of an SWF log (module docstring); ``max_tasks`` keeps only its first tasks
+    by submit time (for tests and quick looks). Cached under ``cache_dir`` when given."""
+    from desched.bench.demo import workers_for
+    from desched.models.training import TrainSettings
+    from desched.swf import import_swf
+
+    path = Path(path)
+    if not path.is_file():
+        raise DeschedError(f"{path}: no such SWF log")
+    settings = settings or TrainSettings()
+    name = log_name(path)
+    key = _digest(path.read_bytes(), CACHE_VERSION, max_tasks, train_frac, load,
+                  settings.model_dump(mode="json"))
+    base = cache_dir / f"{name}-{key}" if cache_dir is not None else None
+    if base is not None and (cached := _read_cache(base)) is not None:
+        if progress:
+            progress(f"{name}: cached ({cached.tasks} test tasks, {cached.workers} workers)")
+        return cached
+    full, _ = import_swf(path)
+    full = full.sort("submit_s", maintain_order=True)
+    if max_tasks is not None:
+        full = full.head(max_tasks)
+    train_part, _test_part = split_log(full, train_frac)
+    if progress:
+        progress(f"{name}: training on {train_part.height} tasks")
+    result = _train(train_part, str(path), settings)
+    predicted = predict_frame(result, full)[train_part.height:]
+    t0 = float(predicted["submit_s"].min())  # type: ignore[arg-type]
+    test = predicted.with_columns(pl.col("submit_s") - t0)
+    workers = workers_for(test, load)
+    test = rescale_to_load(test, workers, load)
+    case = Case(name=name, kind="log", source=str(path), frame=test, workers=workers,
+                mean_train_duration_s=float(train_part["duration_s"].mean()),  # type: ignore[arg-type]
+                model=_model_info(result))
+    if base is not None:
+        _write_cache(base, case)
+    if progress:
+        progress(f"{name}: {case.tasks} test tasks on {workers} workers, model MAE "
+                 f"{case.model['mae_s']:.0f} s")
+    return case
+
+
+def prepare_scenario(
+    name: str,
+    *,
+    cache_dir: Path | None,
+    tasks: int = SCENARIO_TASKS,
+    settings: Any = None,
+    progress: Progress | None = None,
+) -> Case:
+    """The scenario case of DES scenario ``name`` (module docstring)."""
+    from desched.models.training import TrainSettings
+    from desched.workloads import SCENARIOS as KNOWN
+    from desched.workloads import generate
+
+    if name not in KNOWN:
+        raise DeschedError(f"unknown scenario {name!r} (known: {', '.join(KNOWN)})")
+    settings = settings or TrainSettings()
+    key = _digest(CACHE_VERSION, name, tasks, SCENARIO_WORKERS, SCENARIO_LOAD,
+                  SCENARIO_TEST_SEED, SCENARIO_TRAIN_SEED, settings.model_dump(mode="json"))
+    base = cache_dir / f"scenario-{name}-{key}" if cache_dir is not None else None
+    if base is not None and (cached := _read_cache(base)) is not None:
+        if progress:
+            progress(f"{name}: cached ({cached.tasks} tasks)")
+        return cached
+
+    def draw(seed: int) -> pl.DataFrame:
+        frame = generate(name, tasks=tasks, load=SCENARIO_LOAD, workers=SCENARIO_WORKERS,
+                         seed=seed)
+        return frame.drop([c for c in PREDICTED_COLUMNS if c in frame.columns])
+
+    train_frame = draw(SCENARIO_TRAIN_SEED)
+    if progress:
+        progress(f"{name}: training on seed {SCENARIO_TRAIN_SEED} ({train_frame.height} tasks)")
+    result = _train(train_frame, f"scenario {name} seed {SCENARIO_TRAIN_SEED}", settings)
+    test = predict_frame(result, draw(SCENARIO_TEST_SEED))
+    case = Case(name=name, kind="scenario", source=f"scenario:{name}", frame=test,
+                workers=SCENARIO_WORKERS,
+                mean_train_duration_s=float(train_frame["duration_s"].mean()),  # type: ignore[arg-type]
+                model=_model_info(result))
+    if base is not None:
+        _write_cache(base, case)
+    return case
+
+
+def prepare_cases(
+    logs: Iterable[str | Path] | None = None,
+    *,
+    scenarios: Iterable[str] = SCENARIOS,
+    cache_dir: Path | None = Path("data/judge-cache"),
+    max_tasks: int | None = None,
+    train_frac: float = TRAIN_FRAC,
+    load: float = LOAD,
+    progress: Progress | None = None,
+) -> list[Case]:
+    """Every log case (``default_logs()`` when ``logs`` is None), then every scenario case.
+    ``max_tasks`` also caps a scenario's tasks."""
+    paths = default_logs() if logs is None else [Path(p) for p in logs]
+    if not 0 < train_frac < 1:
+        raise DeschedError(f"train_frac must be in (0, 1), got {train_frac}")
+    if not (math.isfinite(load) and load > 0):
+        raise DeschedError(f"load must be > 0, got {load}")
+    cases = [prepare_log(p, cache_dir=cache_dir, max_tasks=max_tasks, train_frac=train_frac,
+                         load=load, progress=progress) for p in paths]
+    tasks = SCENARIO_TASKS if max_tasks is None else min(max_tasks, SCENARIO_TASKS)
+    cases += [prepare_scenario(s, cache_dir=cache_dir, tasks=tasks, progress=progress)
+              for s in scenarios]
+    return cases
