@@ -45,8 +45,8 @@ class GuardedSjfParams(LearnableParams):
     """
 
     search: ClassVar[SearchSpace] = SearchSpace((
-        Range("beta", 1.0, 4.0, grid=(1.0, 1.25, 1.5, 2.0, 3.0, 4.0)),
-        Range("a", 0.0, 500.0, grid=(0.0, 10.0, 50.0, 200.0, 500.0)),
+        Range("beta", 1.0, 4.0, grid=(1.0, 1.1, 1.25, 1.5, 2.0, 3.0)),
+        Range("a", 0.0, 500.0, grid=(0.0, 10.0, 50.0, 200.0)),
     ))
 
     beta: float = Field(1.5, ge=1.0, description="deadline = work clock + beta * work queued "
