@@ -97,6 +97,16 @@ def test_the_no_harm_check_compares_mean_response_jain_and_service_lag_with_toda
     assert checks["mean_response"].passed and checks["max_service_lag"].passed
 
 
+def test_a_value_equal_to_today_up_to_rounding_is_no_worse() -> None:
+    today = jd.Outcome(policy="t", params={}, mean_response_s=10.0, p99_response_s=1.0,
+                       jain_bsld=0.5, jain_slowdown=0.8, max_service_lag_s=25821.27780953888,
+                       tenant_bsld={}, tenant_tasks={})
+    same = today.model_copy(update={"max_service_lag_s": 25821.277809545456})
+    worse = today.model_copy(update={"max_service_lag_s": 25821.3})
+    assert jd.scenario_criteria(same, today)["max_service_lag"].passed
+    assert not jd.scenario_criteria(worse, today)["max_service_lag"].passed
+
+
 def test_rescaling_gives_exactly_the_offered_load() -> None:
     import polars as pl
 

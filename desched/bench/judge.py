@@ -233,12 +233,19 @@ def evaluate(case: Case, spec: str, extra: Mapping[str, Any] | None = None) -> O
     return out
 
 
+TIE_REL = 1e-9
+"""Relative tolerance of a criterion: a value within it of the bound meets it (two runs that
+differ only in floating-point summation order are not "worse")."""
+
+
 def _criterion(value: float | None, bound: float, sense: Literal["min", "max"],
                passed: bool | None = None) -> Criterion:
     if passed is None:
-        passed = value is not None and (value >= bound if sense == "min" else value <= bound)
+        slack = TIE_REL * max(1.0, abs(bound))
+        passed = value is not None and (value >= bound - slack if sense == "min"
+                                        else value <= bound + slack)
     if value is None or passed:
-        distance = 0.0
+        distance = 0.0  # within the tie tolerance counts as met
     else:
         distance = bound - value if sense == "min" else value - bound
     return Criterion(value=value, bound=bound, sense=sense, passed=passed, distance=distance)
