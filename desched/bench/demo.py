@@ -41,7 +41,7 @@ from desched.bench.report.inputs import (
     Roles,
     WorkloadInfo,
 )
-from desched.bench.report.records import Report, Timing
+from desched.bench.report.records import DeploySection, Report, Timing
 from desched.bench.specs import policy_spec
 from desched.bench.tuning import TuneSettings
 from desched.bench.weights import WeightsCard
@@ -167,6 +167,10 @@ class DemoSettings(DeschedSettings):
     eval_slice_tasks: int = Field(4000, ge=1, description="over seeds: tasks per log slice")
     eval_workers: int = Field(8, ge=1, description="over seeds: workers simulated")
     jobs: int = Field(2, ge=1, description="processes and threads for simulations, training")
+    judge_results: Path | None = Field(
+        None, description="a judge.json (`desched judge --out DIR`) that the report's "
+        "'Which policy to deploy' shows; without one the demo runs the judge on its own real "
+        "logs (the first `tasks` of each) and scenarios, with its training settings")
 
     @classmethod
     def of(cls, mode: Mode, **overrides: Any) -> DemoSettings:
@@ -540,6 +544,23 @@ def commands_of(root: Path) -> dict[str, str]:
     return commands
 
 
+def deploy_of(settings: DemoSettings, root: Path) -> DeploySection:
+    """The report's "Which policy to deploy": ``settings.judge_results`` when given, else the
+    judge run on the demo's real logs and scenarios (cached under ``root/judge-cache``)."""
+    from desched.bench.report.deploy import deploy_section, judge_for_report
+    from desched.models.training import TrainSettings
+
+    train = TrainSettings(objectives=settings.train_objectives,
+                          quantiles=settings.train_quantiles, max_rounds=settings.train_rounds)
+    logs = [(s.name, settings.log_path(s), s.tasks) for s in settings.workloads
+            if s.kind == "swf"]
+    scenarios = [(s.source, s.tasks or 20_000) for s in settings.workloads
+                 if s.kind == "scenario"]
+    result, source = judge_for_report(logs, scenarios, results=settings.judge_results,
+                                      cache_dir=root / "judge-cache", settings=train)
+    return deploy_section(result, source)
+
+
 def assemble_report(
     *, run: str, settings: DemoSettings, specs: dict[str, list[str]],
     workloads: dict[str, Workload], ingestion: Ingestion, q1: dict[str, Q1Runs],
@@ -549,6 +570,7 @@ def assemble_report(
 ) -> Report:
     """The report of one demo run (``desched.bench.report.build``)."""
     return build_report(
+        deploy=deploy_of(settings, root),
         run=run, mode=settings.mode,
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         settings={**settings.describe(), "duration_scaled": roles.duration_scale_factors(),

@@ -68,6 +68,10 @@ class Case:
     workers: int
     mean_train_duration_s: float
     model: dict[str, Any]
+    load: float | None = LOAD
+    """Offered load the test part was rescaled to (None for a scenario: its own)."""
+    train_frac: float | None = TRAIN_FRAC
+    """Share of the log's tasks that trained the model (None for a scenario: another seed)."""
     outcomes: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -85,6 +89,8 @@ class Case:
             "workers": self.workers,
             "mean_train_duration_s": self.mean_train_duration_s,
             "model": self.model,
+            "load": self.load,
+            "train_frac": self.train_frac,
         }
 
 
@@ -164,8 +170,14 @@ def _train(frame: pl.DataFrame, source: str, settings: Any) -> Any:
     return train(frame, settings, source=source)
 
 
+def _files(base: Path) -> tuple[Path, Path]:
+    """The metadata and test-part files of cache entry ``base`` (``NAME-KEY``; a log name has
+    dots, so no ``with_suffix``)."""
+    return base.parent / f"{base.name}.json", base.parent / f"{base.name}.parquet"
+
+
 def _read_cache(base: Path) -> Case | None:
-    meta_path, data_path = base.with_suffix(".json"), base.with_suffix(".parquet")
+    meta_path, data_path = _files(base)
     if not (meta_path.is_file() and data_path.is_file()):
         return None
     try:
@@ -173,15 +185,20 @@ def _read_cache(base: Path) -> Case | None:
         frame = pl.read_parquet(data_path)
     except (OSError, ValueError, pl.exceptions.PolarsError):
         return None
+    if meta.get("kind") == "scenario":
+        meta.setdefault("load", None)
+        meta.setdefault("train_frac", None)
     return Case(frame=frame, **meta)
 
 
 def _write_cache(base: Path, case: Case) -> None:
+    meta_path, data_path = _files(base)
     base.parent.mkdir(parents=True, exist_ok=True)
-    case.frame.write_parquet(base.with_suffix(".parquet"))
+    case.frame.write_parquet(data_path)
     meta = {k: v for k, v in case.info().items() if k in
-            ("name", "kind", "source", "workers", "mean_train_duration_s", "model")}
-    base.with_suffix(".json").write_text(json.dumps(meta, indent=1))
+            ("name", "kind", "source", "workers", "mean_train_duration_s", "model", "load",
+             "train_frac")}
+    meta_path.write_text(json.dumps(meta, indent=1))
 
 
 def prepare_log(
@@ -227,7 +244,7 @@ def prepare_log(
     test = rescale_to_load(test, workers, load)
     case = Case(name=name, kind="log", source=str(path), frame=test, workers=workers,
                 mean_train_duration_s=float(train_part["duration_s"].mean()),  # type: ignore[arg-type]
-                model=_model_info(result))
+                model=_model_info(result), load=load, train_frac=train_frac)
     if base is not None:
         _write_cache(base, case)
     if progress:
@@ -273,7 +290,7 @@ def prepare_scenario(
     case = Case(name=name, kind="scenario", source=f"scenario:{name}", frame=test,
                 workers=SCENARIO_WORKERS,
                 mean_train_duration_s=float(train_frame["duration_s"].mean()),  # type: ignore[arg-type]
-                model=_model_info(result))
+                model=_model_info(result), load=None, train_frac=None)
     if base is not None:
         _write_cache(base, case)
     return case

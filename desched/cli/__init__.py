@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "evaluate": "desched.cli.bench:evaluate",
     "tune": "desched.cli.bench:tune",
     "demo": "desched.cli.demo:demo",
+    "judge": "desched.cli.judge:judge",
 }
 
 

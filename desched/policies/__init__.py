@@ -51,6 +51,28 @@ REGISTRY: dict[str, type[Policy]] = {
 }
 
 
+RECOMMENDED = "hrrn-predicted"
+"""The policy to deploy where a duration model is loaded: the live service's default when no
+policy is recorded, and the report's "deployed default". It is the recommendation of the
+deployment judge (``desched judge``, docs/deploy-policy.md); change it only with a judge run
+that recommends another."""
+WITHOUT_PREDICTION = "ifs-memoryless"
+"""The service's default when no duration model is loaded: a policy that reads no
+``predicted_s`` (today's scorer)."""
+
+
+def default_policy(has_predictor: bool) -> tuple[str, str]:
+    """The policy a service runs when none is recorded, and why: ``RECOMMENDED`` where it can
+    run (a duration model is loaded, or it reads no prediction), else ``WITHOUT_PREDICTION``."""
+    if has_predictor or "predicted_s" not in REGISTRY[RECOMMENDED].reads:
+        return RECOMMENDED, (f"a duration model is loaded: the recommended policy "
+                             f"{RECOMMENDED!r} (docs/deploy-policy.md)")
+    return WITHOUT_PREDICTION, (f"no duration model is loaded: {WITHOUT_PREDICTION!r}, which "
+                                "needs no prediction (train one and set "
+                                "DESCHED_PREDICTOR_REGISTRY to run the recommended "
+                                f"{RECOMMENDED!r})")
+
+
 def get_policy(name: str) -> type[Policy]:
     """The fast policy class registered as ``name``."""
     try:

@@ -10,6 +10,9 @@ scheduler reads the config rows and hands them over, and queues the ``Write`` th
 
 Invariants:
 
+- With no policy recorded, the host runs ``default``: ``desched.policies.RECOMMENDED`` when a
+  duration predictor is loaded, else a policy that needs no prediction (``default_reason``
+  says which and why; the scheduler logs it at start and ``/healthz`` reports it).
 - A policy that ranks on ``predicted_s`` is installed only with a duration predictor loaded;
   otherwise (or when unknown, or its parameters are bad) it is refused, the running policy
   stays, and ``error`` says why. A refused config row is not tried again until it changes.
@@ -27,14 +30,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from desched.errors import DeschedError
-from desched.policies import get_policy, make_policy, parse_params
+from desched.policies import (
+    WITHOUT_PREDICTION,
+    default_policy,
+    get_policy,
+    make_policy,
+    parse_params,
+)
 from desched.policies.base import Policy
 from desched.service.store import Write, policy_state_write
 from desched.trace import TaskTable
 
 logger = logging.getLogger("desched.service")
 
-DEFAULT_POLICY = "ifs-memoryless"
+DEFAULT_POLICY = WITHOUT_PREDICTION
+"""The policy that runs without a duration model when none is recorded (``default_policy``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,11 +61,11 @@ class PolicySpec:
         return json.dumps({"name": self.name, "params": self.params}, sort_keys=True, default=str)
 
     @classmethod
-    def recorded(cls, config: str | None) -> PolicySpec:
-        """The policy of the config row ``config`` (the default when there is none); a row
+    def recorded(cls, config: str | None, default: str = DEFAULT_POLICY) -> PolicySpec:
+        """The policy of the config row ``config`` (``default`` when there is none); a row
         that cannot be read is a ``DeschedError``."""
         if config is None:
-            return cls(DEFAULT_POLICY)
+            return cls(default)
         try:
             value = json.loads(config)
             return cls(str(value["name"]), dict(value.get("params") or {}), config)
@@ -71,7 +81,11 @@ class PolicyHost:
     def __init__(self, *, has_predictor: bool, state_save_s: float) -> None:
         self.has_predictor = has_predictor
         self.state_save_s = state_save_s
-        self.spec = PolicySpec(DEFAULT_POLICY)
+        name, self.default_reason = default_policy(has_predictor)
+        self.default = PolicySpec(name)
+        """The policy run when none is recorded: the recommended one with a duration model,
+        one that needs no prediction without (``desched.policies.default_policy``)."""
+        self.spec = self.default
         self.policy: Policy
         self.error: str | None = None
         """Why the last recorded policy was refused, until one is installed."""

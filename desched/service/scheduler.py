@@ -96,7 +96,7 @@ from desched.service.errors import (
 )
 from desched.service.idempotency import SubmitKeys
 from desched.service.leases import LeaseBook
-from desched.service.policy_host import DEFAULT_POLICY, PolicyHost, PolicySpec
+from desched.service.policy_host import PolicyHost, PolicySpec
 from desched.service.predictions import Predictions
 from desched.service.records import (
     Grant,
@@ -215,13 +215,16 @@ class Scheduler:
         if self._wanted is not None:
             self.store.set_policy(self._wanted.name, self._wanted.params)
         with self.read_lock:
-            spec = PolicySpec.recorded(self.store.recorded_policy())
+            spec = PolicySpec.recorded(self.store.recorded_policy(), self.host.default.name)
+        if spec.config is None:
+            logger.warning("no policy recorded: running %s (%s)", spec.name,
+                           self.host.default_reason)
         try:
             self._rebuild(spec)
         except DeschedError as exc:
             # A recorded policy that cannot run here (e.g. no predictor any more) must not
             # keep the service down: run the default and say why on /healthz.
-            self._rebuild(PolicySpec(DEFAULT_POLICY))
+            self._rebuild(self.host.default)
             self.host.refuse(spec.config, f"recorded policy {spec.name!r} refused: {exc}")
         self.tokens.clear()
         self.active = True
@@ -700,6 +703,8 @@ class Scheduler:
                 "leased": len(self.leases),
                 "predictor": self.predictions.duration is not None,
                 "policy_error": self.host.error,
+                "default_policy": self.host.default.name,
+                "default_policy_reason": self.host.default_reason,
             }
 
     def _snapshot(self) -> Snapshot:

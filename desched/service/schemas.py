@@ -162,6 +162,11 @@ class Health(Body):
     policy_error: str | None = Field(
         None, description="why the last recorded policy switch was refused, if it was"
     )
+    default_policy: str = Field(
+        description="the policy run when none is recorded: the recommended one with a "
+        "duration model loaded, one that needs no prediction without"
+    )
+    default_policy_reason: str = Field(description="why default_policy is the default")
 
 
 class Live(Body):

@@ -79,7 +79,7 @@ class ServiceSettings(DeschedSettings):
         "lock) tries to take over, and an active one checks its writer session",
     )
     predictor_registry: Path | None = Field(
-        Path("models"),
+        Path("models/duration"),
         description="model registry whose champion predicts durations at submit; None or a "
         "missing registry leaves predicted_s unset",
     )

@@ -29,6 +29,7 @@ import numpy as np
 from desched.bench import roles
 from desched.bench.evaluate import EvalRow, Interval
 from desched.bench.learning import reference_label
+from desched.bench.report.deploy import PLOT as DEPLOY_PLOT
 from desched.bench.report.inputs import (
     HeldoutRuns,
     Ingestion,
@@ -43,6 +44,7 @@ from desched.bench.report.records import (
     Brief,
     Costs,
     CurveStep,
+    DeploySection,
     Gaps,
     Headline,
     LatencyInfo,
@@ -385,8 +387,10 @@ def build_report(
     q3_sims: dict[str, HeldoutRuns],
     timing: Timing,
     commands: dict[str, str],
+    deploy: DeploySection | None = None,
 ) -> Report:
-    """``report.json``: every figure of every question (module docstring for definitions)."""
+    """``report.json``: every figure of every question (module docstring for definitions);
+    ``deploy`` is the deployment judge's section (``desched.bench.report.deploy``)."""
     check_roles(parts, q1_runs)
     q1 = {w: q1_workload(s, parts) for w, s in q1_runs.items()}
     q3 = {w: q3_workload(q3_train[w], q3_sims[w], parts.baseline) for w in q3_train}
@@ -412,8 +416,10 @@ def build_report(
                      bounds=bounds_of(first) if first else [],
                      workloads=q3),
         pareto=Pareto(points=pareto_points(q3, q3_sims)),
+        deploy=deploy,
         timing=timing,
         commands=commands,
         plots=Plots(q1={w: f"q1-{w}.png" for w in q1}, q2="q2-learning-curves.png",
-                    q3="q3-tenants.png", pareto="pareto.png"),
+                    q3="q3-tenants.png", pareto="pareto.png",
+                    deploy=DEPLOY_PLOT if deploy is not None else None),
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
+from desched.bench.report.deploy import markdown_section
 from desched.bench.report.numbers import fmt, fmt_ci, pct
 from desched.bench.report.records import Report
 
@@ -275,6 +276,10 @@ def pareto_section(r: Report) -> list[str]:
     return [*lines, ""]
 
 
+def deploy_section(r: Report) -> list[str]:
+    return markdown_section(r.deploy, r.plots.deploy)
+
+
 def rerun_section(r: Report) -> list[str]:
     lines = ["## Rerun", "", "```sh", *r.commands.values(), "```", ""]
     steps = r.timing.steps
@@ -286,7 +291,7 @@ def rerun_section(r: Report) -> list[str]:
 
 SECTIONS: tuple[Callable[[Report], list[str]], ...] = (
     title_section, workloads_section, q1_section, q2_section, q3_section, pareto_section,
-    rerun_section,
+    deploy_section, rerun_section,
 )
 
 

@@ -306,6 +306,63 @@ class Timing(ReportRecord):
     cpus: int
 
 
+class DeployRow(ReportRecord):
+    """One policy on one real log of the deployment judge: its four criteria (gain, p99
+    ratio, Δ Jain, worst-tenant ratio), which failed, and every tenant's ratio (the plot)."""
+
+    workload: str
+    policy: str
+    gain: Num
+    p99_ratio: Num
+    delta_jain: Num
+    worst_tenant: Num
+    worst_tenant_name: str | None
+    passed: int
+    criteria: int
+    failed: list[str]
+    mean_response_s: Num
+    today_mean_response_s: Num
+    tenant_ratio: dict[str, float]
+
+
+class DeployHarmRow(ReportRecord):
+    """One policy on one DES scenario: the no-harm check against today's scorer."""
+
+    workload: str
+    policy: str
+    mean_response_s: Num
+    today_mean_response_s: Num
+    jain_slowdown: Num
+    today_jain_slowdown: Num
+    max_service_lag_s: Num
+    today_max_service_lag_s: Num
+    passed: int
+    criteria: int
+    failed: list[str]
+
+
+class DeploySection(ReportRecord):
+    """"Which policy to deploy" (``desched.bench.report.deploy``): the judge's criteria per
+    workload and policy, its recommendation and the service's deployed default."""
+
+    source: str
+    today: str
+    oracle: str
+    thresholds: dict[str, float]
+    load: Num
+    logs: list[str]
+    scenarios: list[str]
+    policies: list[str]
+    rows: list[DeployRow]
+    harm: list[DeployHarmRow]
+    recommendation: str | None
+    recommendation_passed: int
+    recommendation_criteria: int
+    reason: str
+    deployed_default: str
+    all_pass: list[str]
+
+
 class Plots(ReportRecord):
     """The PNG files next to ``report.md``."""
 
@@ -313,6 +370,7 @@ class Plots(ReportRecord):
     q2: str
     q3: str
     pareto: str
+    deploy: str | None = None
 
 
 class Report(ReportRecord):
@@ -332,6 +390,7 @@ class Report(ReportRecord):
     q2: Q2Section
     q3: Q3Section
     pareto: Pareto
+    deploy: DeploySection | None = None
     timing: Timing
     commands: dict[str, str]
     plots: Plots

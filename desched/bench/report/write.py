@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+from desched.bench.report.deploy import plot_tenant_harm
 from desched.bench.report.inputs import HeldoutRuns
 from desched.bench.report.markdown import render_markdown
 from desched.bench.report.numbers import unmatched_numbers
@@ -37,6 +38,8 @@ def write_report(report: Report, q1_dirs: dict[str, dict[str, str]], out_dir: st
     if q3_sims:
         plot_q3_tenants(report.q3, q3_sims, out / plots.q3)
     plot_pareto(report.pareto.points, out / plots.pareto)
+    if report.deploy is not None and plots.deploy:
+        plot_tenant_harm(report.deploy, out / plots.deploy)
     text = render_markdown(report)
     data = report.to_json()
     missing = unmatched_numbers(text, data)

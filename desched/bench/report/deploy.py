@@ -1,0 +1,202 @@
+"""The report's section "Which policy to deploy", from a deployment judge's results.
+
+``deploy_section`` turns a ``JudgeResult`` (``desched.bench.judge``: ``desched judge``'s
+``judge.json``) into the report's ``DeploySection``: the four criteria per real log for every
+judged policy, the no-harm check on the DES scenarios, the judge's recommendation and the
+service's deployed default (``desched.policies.RECOMMENDED``), which the text says agree or
+not. ``markdown_section`` writes the text, ``plot_tenant_harm`` the per-tenant harm plot
+(each tenant's mean bounded slowdown under a policy over today's, log scale). No policy name
+is written here: every name comes from the judge's results or the registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from desched.bench.report.numbers import fmt
+from desched.bench.report.records import DeployHarmRow, DeployRow, DeploySection
+
+if TYPE_CHECKING:
+    from desched.bench.judge import JudgeResult
+
+PLOT = "deploy-tenants.png"
+
+
+def deploy_section(result: JudgeResult, source: str) -> DeploySection:
+    """The report's record of a judge run (``source``: where its results came from)."""
+    from desched.policies import RECOMMENDED
+
+    rows: list[DeployRow] = []
+    harm: list[DeployHarmRow] = []
+    for v in result.verdicts:
+        if v.policy == result.today:
+            continue
+        failed = [k for k, c in v.criteria.items() if not c.passed]
+        if v.kind == "log":
+            c = v.criteria
+            rows.append(DeployRow(
+                workload=v.workload, policy=v.policy, gain=c["gain"].value,
+                p99_ratio=c["p99"].value, delta_jain=c["delta_jain"].value,
+                worst_tenant=c["worst_tenant"].value, worst_tenant_name=v.worst_tenant_name,
+                passed=v.passed, criteria=len(c), failed=failed,
+                mean_response_s=v.outcome.mean_response_s,
+                today_mean_response_s=v.today.mean_response_s,
+                tenant_ratio=v.tenant_ratio))
+        else:
+            o, t = v.outcome, v.today
+            harm.append(DeployHarmRow(
+                workload=v.workload, policy=v.policy, mean_response_s=o.mean_response_s,
+                today_mean_response_s=t.mean_response_s, jain_slowdown=o.jain_slowdown,
+                today_jain_slowdown=t.jain_slowdown, max_service_lag_s=o.max_service_lag_s,
+                today_max_service_lag_s=t.max_service_lag_s, passed=v.passed,
+                criteria=len(v.criteria), failed=failed))
+    candidates = [p for p in result.policies if p not in (result.today, result.oracle)]
+    all_pass = [p for p in candidates
+                if all(v.all_passed for v in result.verdicts if v.policy == p)]
+    rec = [v for v in result.verdicts if v.policy == result.recommendation]
+    loads = [c.get("load") for c in result.cases if c["kind"] == "log"]
+    return DeploySection(
+        source=source, today=result.today, oracle=result.oracle,
+        thresholds=result.thresholds.model_dump(), load=loads[0] if loads else None,
+        recommendation_passed=sum(v.passed for v in rec),
+        recommendation_criteria=sum(len(v.criteria) for v in rec),
+        logs=list(dict.fromkeys(c["name"] for c in result.cases if c["kind"] == "log")),
+        scenarios=list(dict.fromkeys(c["name"] for c in result.cases
+                                     if c["kind"] == "scenario")),
+        policies=candidates, rows=rows, harm=harm, recommendation=result.recommendation,
+        reason=result.recommendation_reason, deployed_default=RECOMMENDED, all_pass=all_pass)
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{fmt(value, 2)}×"
+
+
+def _mark(row: DeployRow | DeployHarmRow, key: str, text: str) -> str:
+    return f"{text} ✗" if key in row.failed else text
+
+
+def markdown_section(d: DeploySection | None, plot: str | None) -> list[str]:
+    """The text of "Which policy to deploy" (nothing when the report has no judge run)."""
+    if d is None:
+        return []
+    th = d.thresholds
+    lines = [
+        "## Which policy to deploy", "",
+        (f"Judged by `desched judge` (`{d.source}`): per real log, the duration model is "
+         "trained on the first part of the log by submit time and the rest is simulated "
+         f"at utilisation {fmt(d.load, 2)} against today's `{d.today}` and the clairvoyant "
+         f"`{d.oracle}`. A policy must keep a gain of at least {fmt(th['gain_min'], 1)} of "
+         f"the clairvoyant's, a p99 response of at most {fmt(th['p99_ratio_max'], 1)}× "
+         f"today's, a Jain's index (per-tenant mean bounded slowdown) no lower, and no tenant "
+         f"with {th['min_tenant_tasks']:.0f} tasks or more worse than "
+         f"{fmt(th['worst_tenant_max'], 1)}×; ✗ marks a failed criterion."), "",
+        "| log | policy | gain | p99 vs today | Δ Jain | worst tenant | passed |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in d.rows:
+        worst = _x(r.worst_tenant) + (f" (`{r.worst_tenant_name}`)" if r.worst_tenant_name
+                                      else "")
+        lines.append(
+            f"| `{r.workload}` | `{r.policy}` | {_mark(r, 'gain', fmt(r.gain, 2))} | "
+            f"{_mark(r, 'p99', _x(r.p99_ratio))} | "
+            f"{_mark(r, 'delta_jain', fmt(r.delta_jain, 3, sign=True))} | "
+            f"{_mark(r, 'worst_tenant', worst)} | {r.passed} of {r.criteria} |")
+    if d.harm:
+        lines += ["", (f"No harm on the DES scenarios (the policy's value / `{d.today}`'s):"),
+                  "", ("| scenario | policy | mean response s | Jain | max service lag s | "
+                  "passed |"), "|---|---|---|---|---|---|"]
+        for h in d.harm:
+            lines.append(
+                f"| `{h.workload}` | `{h.policy}` | "
+                f"{_mark(h, 'mean_response', fmt(h.mean_response_s))} / "
+                f"{fmt(h.today_mean_response_s)} | "
+                f"{_mark(h, 'jain_slowdown', fmt(h.jain_slowdown, 3))} / "
+                f"{fmt(h.today_jain_slowdown, 3)} | "
+                f"{_mark(h, 'max_service_lag', fmt(h.max_service_lag_s))} / "
+                f"{fmt(h.today_max_service_lag_s)} | {h.passed} of {h.criteria} |")
+    if plot:
+        lines += ["", f"![per-tenant harm]({plot})"]
+    rec = d.recommendation
+    passing = ", ".join(f"`{p}`" for p in d.all_pass) or "no candidate"
+    lines += ["", f"Every criterion on every workload: {passing}.", "",
+              (f"**Recommendation: `{rec}`**, which passes {d.recommendation_passed} of "
+               f"{d.recommendation_criteria} criteria over all workloads, the most of any "
+               "candidate." if rec else
+               "**No recommendation**: no candidate was judged."),
+              (f"The service's default with a duration model is `{d.deployed_default}` "
+               "(`desched.policies.RECOMMENDED`)"
+               + (", the judge's recommendation." if d.deployed_default == rec else
+                  f", not this run's recommendation `{rec}`: set it after a full judge run.")),
+              ""]
+    return lines
+
+
+def plot_tenant_harm(d: DeploySection, out: Path) -> Path:
+    """Per real log: each tenant's (>= the judge's tenant floor of tasks) mean bounded
+    slowdown under every judged policy over today's, sorted, on a log scale; the judge's
+    2× bound dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    logs = d.logs or sorted({r.workload for r in d.rows})
+    cols = min(3, max(1, len(logs)))
+    nrows = -(-len(logs) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, 3.8 * nrows), squeeze=False)
+    policies = list(dict.fromkeys(r.policy for r in d.rows))
+    for k, w in enumerate(logs):
+        ax = axes[k // cols, k % cols]
+        for i, p in enumerate(policies):
+            row = next((r for r in d.rows if r.workload == w and r.policy == p), None)
+            if row is None or not row.tenant_ratio:
+                continue
+            ratios = sorted(row.tenant_ratio.values(), reverse=True)
+            style: dict[str, Any] = {"lw": 2.2 if p == d.recommendation else 1.1}
+            if p == d.oracle:
+                style.update(ls=":", color="0.3")
+            else:
+                style.update(color=f"C{i}")
+            ax.plot(range(1, len(ratios) + 1), ratios, label=p, **style)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.axhline(d.thresholds["worst_tenant_max"], color="C3", lw=0.8, ls="--")
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("tenants, worst first")
+        ax.set_ylabel(f"bounded slowdown / {d.today}'s")
+        ax.set_title(w, fontsize=10, loc="left")
+        ax.grid(alpha=0.3)
+    for k in range(len(logs), nrows * cols):
+        axes[k // cols, k % cols].axis("off")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8,
+               frameon=False)
+    fig.tight_layout(rect=(0, 0.07 if nrows == 1 else 0.04, 1, 1))
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def judge_for_report(workloads: Sequence[tuple[str, Path, int | None]],
+                     scenarios: Sequence[tuple[str, int]], *, results: Path | None,
+                     cache_dir: Path, settings: Any = None,
+                     progress: Any = None) -> tuple[JudgeResult, str]:
+    """The judge's results for the report: ``results`` (a ``judge.json`` or its folder) when
+    it exists, else a judge run on ``workloads`` (name, SWF path, max tasks or None) and
+    ``scenarios`` (name, tasks), cached under ``cache_dir``. Returns them and their source."""
+    from desched.bench import judge as jd
+
+    if results is not None and Path(results).exists():
+        return jd.read_judge(results), f"results of {results}"
+    cases = [jd.prepare_log(path, cache_dir=cache_dir, max_tasks=max_tasks,
+                            settings=settings, progress=progress)
+             for _, path, max_tasks in workloads]
+    cases += [jd.prepare_scenario(name, cache_dir=cache_dir, tasks=tasks, settings=settings,
+                                  progress=progress) for name, tasks in scenarios]
+    names = ", ".join(path.name + (f" (first {n:,} tasks)" if n else "")
+                      for _, path, n in workloads)
+    return jd.run_judge(cases), f"run by the demo on {names}"

@@ -1,0 +1,234 @@
+"""The deployment judge: metric definitions on hand-computed examples, the protocol on small
+synthetic SWF logs, the leave-one-log-out hook and ``desched judge``."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from desched.bench import judge as jd
+from desched.bench.judge_cases import Case, rescale_to_load
+from desched.cli import cli
+
+
+@pytest.fixture(autouse=True)
+def quick_training(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``desched train``'s code with one objective and few rounds: the protocol, not the
+    model, is under test here."""
+    monkeypatch.setenv("DESCHED_TRAIN_OBJECTIVES", '["l2-log"]')
+    monkeypatch.setenv("DESCHED_TRAIN_MAX_ROUNDS", "20")
+
+
+def outcome(mean: float, p99: float, bsld: dict[str, float], tasks: dict[str, int]) -> jd.Outcome:
+    from desched.metrics import jain
+
+    return jd.Outcome(policy="p", params={}, mean_response_s=mean, p99_response_s=p99,
+                      jain_bsld=jain(list(bsld.values())), jain_slowdown=0.0,
+                      max_service_lag_s=0.0, tenant_bsld=bsld, tenant_tasks=tasks)
+
+
+def test_the_four_criteria_match_a_hand_computed_example() -> None:
+    tasks = {"a": 10, "b": 12}
+    today = outcome(100.0, 200.0, {"a": 2.0, "b": 4.0}, tasks)
+    oracle = outcome(50.0, 150.0, {"a": 1.0, "b": 1.0}, tasks)
+    policy = outcome(60.0, 180.0, {"a": 1.0, "b": 9.0}, tasks)
+    criteria, worst, ratios = jd.log_criteria(policy, today, oracle, jd.Thresholds())
+    assert criteria["gain"].value == pytest.approx(0.8)  # (100 - 60) / (100 - 50)
+    assert criteria["gain"].passed
+    assert criteria["p99"].value == pytest.approx(0.9) and criteria["p99"].passed
+    # Jain today (2 + 4)^2 / (2 (4 + 16)) = 0.9; policy (1 + 9)^2 / (2 (1 + 81)) = 100 / 164
+    assert criteria["delta_jain"].value == pytest.approx(100 / 164 - 0.9)
+    assert not criteria["delta_jain"].passed
+    assert criteria["delta_jain"].distance == pytest.approx(0.9 - 100 / 164)
+    assert ratios == pytest.approx({"a": 0.5, "b": 2.25})
+    assert worst == "b" and criteria["worst_tenant"].value == pytest.approx(2.25)
+    assert criteria["worst_tenant"].distance == pytest.approx(0.25)
+
+
+def test_a_tenant_with_fewer_than_ten_tasks_is_not_counted_as_the_worst() -> None:
+    tasks = {"a": 10, "b": 9}
+    today = outcome(100.0, 200.0, {"a": 2.0, "b": 4.0}, tasks)
+    oracle = outcome(50.0, 150.0, {"a": 1.0, "b": 1.0}, tasks)
+    policy = outcome(90.0, 250.0, {"a": 1.0, "b": 40.0}, tasks)
+    criteria, worst, _ = jd.log_criteria(policy, today, oracle, jd.Thresholds())
+    assert worst == "a" and criteria["worst_tenant"].value == pytest.approx(0.5)
+    assert criteria["gain"].value == pytest.approx(0.2) and not criteria["gain"].passed
+    assert criteria["p99"].value == pytest.approx(1.25) and not criteria["p99"].passed
+
+
+def test_gain_is_undefined_when_the_oracle_does_not_beat_today() -> None:
+    tasks = {"a": 10}
+    today = outcome(100.0, 200.0, {"a": 2.0}, tasks)
+    faster = outcome(90.0, 200.0, {"a": 2.0}, tasks)
+    slower = outcome(110.0, 200.0, {"a": 2.0}, tasks)
+    for policy, ok in ((faster, True), (slower, False)):
+        criteria, _, _ = jd.log_criteria(policy, today, today, jd.Thresholds())
+        assert criteria["gain"].value is None and criteria["gain"].passed is ok
+
+
+def test_outcome_metrics_match_a_hand_computed_run() -> None:
+    # one worker: a runs 0-5 and 5-25, b runs 25-35; all submitted at 0
+    out = jd.outcome_of("x", {}, np.array(["a", "a", "b"]), np.zeros(3),
+                        np.array([5.0, 20.0, 10.0]), np.array([0.0, 5.0, 25.0]), 1)
+    assert out.mean_response_s == pytest.approx((5 + 25 + 35) / 3)
+    # bounded slowdown max(1, r / max(d, 10)): 5/10 -> 1, 25/20 = 1.25, 35/10 = 3.5
+    assert out.tenant_bsld == pytest.approx({"a": 1.125, "b": 3.5})
+    assert out.tenant_tasks == {"a": 2, "b": 1}
+    assert out.jain_bsld == pytest.approx((1.125 + 3.5) ** 2 / (2 * (1.125**2 + 3.5**2)))
+    # Jain over per-tenant mean (plain) slowdown: a (1 + 1.25) / 2, b 3.5
+    assert out.jain_slowdown == pytest.approx((1.125 + 3.5) ** 2 / (2 * (1.125**2 + 3.5**2)))
+
+
+def test_the_no_harm_check_compares_mean_response_jain_and_service_lag_with_today() -> None:
+    today = jd.Outcome(policy="t", params={}, mean_response_s=10.0, p99_response_s=1.0,
+                       jain_bsld=0.5, jain_slowdown=0.8, max_service_lag_s=100.0,
+                       tenant_bsld={}, tenant_tasks={})
+    better = today.model_copy(update={"mean_response_s": 9.0, "max_service_lag_s": 50.0})
+    unfair = today.model_copy(update={"jain_slowdown": 0.7})
+    assert all(c.passed for c in jd.scenario_criteria(better, today).values())
+    checks = jd.scenario_criteria(unfair, today)
+    assert not checks["jain_slowdown"].passed
+    assert checks["jain_slowdown"].distance == pytest.approx(0.1)
+    assert checks["mean_response"].passed and checks["max_service_lag"].passed
+
+
+def test_rescaling_gives_exactly_the_offered_load() -> None:
+    import polars as pl
+
+    frame = pl.DataFrame({"submit_s": [0.0, 10.0, 40.0], "duration_s": [30.0, 30.0, 60.0]})
+    scaled = rescale_to_load(frame, workers=2, load=0.9)
+    span = float(scaled["submit_s"].max())
+    assert 120.0 / (span * 2) == pytest.approx(0.9)
+
+
+def write_swf(path: Path, jobs: int, seed: int) -> Path:
+    """A synthetic SWF log: four users, two of short and two of long jobs, Poisson arrivals."""
+    rng = random.Random(seed)
+    lines = ["; synthetic log for tests"]
+    t = 0.0
+    for j in range(1, jobs + 1):
+        t += rng.expovariate(1 / 60)
+        user = rng.choice([1, 2, 3, 4])
+        run = rng.uniform(10, 60) if user <= 2 else rng.uniform(300, 1200)
+        procs = 1 if user <= 2 else 8
+        fields = [j, int(t), 0, int(run), procs, -1, -1, procs, int(run * 2), -1, 1, user, 1,
+                  user, 1, -1, -1, -1]
+        lines.append(" ".join(str(f) for f in fields))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def small_case(tmp_path: Path, seed: int = 1, name: str = "syn") -> Case:
+    log = write_swf(tmp_path / f"{name}.swf", 600, seed)
+    return jd.prepare_log(log, cache_dir=tmp_path / "cache")
+
+
+def test_a_log_case_has_predictions_but_no_training_task_and_starts_at_zero(tmp_path: Path) -> None:
+    case = small_case(tmp_path)
+    assert case.tasks == 180  # the last 30 % of 600
+    assert float(case.frame["submit_s"].min()) == 0.0
+    for column in ("predicted_s", "predicted_p50_s", "predicted_p90_s"):
+        assert case.frame[column].min() > 0  # type: ignore[operator]
+    ids = set(case.frame["task_id"].to_list())
+    assert ids == {f"j{j}" for j in range(421, 601)}
+    span = float(case.frame["submit_s"].max())
+    load = float(case.frame["duration_s"].sum()) / (span * case.workers)
+    assert load == pytest.approx(0.9)
+
+
+def test_today_keeps_no_gain_and_the_oracle_all_of_it(tmp_path: Path) -> None:
+    case = small_case(tmp_path)
+    today = jd.verdict_of(case, jd.TODAY)
+    oracle = jd.verdict_of(case, jd.ORACLE)
+    assert today.criteria["gain"].value == pytest.approx(0.0)
+    assert today.criteria["p99"].value == pytest.approx(1.0)
+    assert today.criteria["delta_jain"].value == pytest.approx(0.0)
+    assert oracle.criteria["gain"].value == pytest.approx(1.0)
+    assert set(today.tenant_ratio.values()) == {1.0}
+
+
+def test_the_cache_returns_the_same_case(tmp_path: Path) -> None:
+    first = small_case(tmp_path)
+    again = small_case(tmp_path)
+    assert again.frame.equals(first.frame)
+    assert again.workers == first.workers and again.model == first.model
+
+
+def test_leave_one_log_out_tunes_on_the_other_logs_only(tmp_path: Path) -> None:
+    one = small_case(tmp_path)
+    cases = [Case(name=f"log{k}", kind="log", source=one.source, frame=one.frame,
+                  workers=one.workers, mean_train_duration_s=one.mean_train_duration_s,
+                  model=one.model) for k in (1, 2, 3)]
+    calls: list[tuple[str, list[str]]] = []
+
+    def tune(policy: str, training: list[Case]) -> dict[str, str]:
+        calls.append((policy, sorted(c.name for c in training)))
+        return {}
+
+    result = jd.run_judge(cases, ["sjf-predicted"], tune=tune)
+    assert calls == [("sjf-predicted", ["log2", "log3"]), ("sjf-predicted", ["log1", "log3"]),
+                     ("sjf-predicted", ["log1", "log2"])]
+    assert {v.workload for v in result.verdicts} == {"log1", "log2", "log3"}
+
+
+def test_desched_judge_writes_judge_json_and_its_table(tmp_path: Path) -> None:
+    log = write_swf(tmp_path / "syn.swf", 600, 1)
+    out = tmp_path / "out"
+    res = CliRunner().invoke(cli, ["judge", "--logs", str(log), "--scenarios", "steady",
+                                   "--max-tasks", "500", "--policies", "hrrn-predicted",
+                                   "--out", str(out), "--cache", str(tmp_path / "cache")])
+    assert res.exit_code == 0, res.output
+    data = json.loads((out / "judge.json").read_text())
+    assert data["policies"] == ["ifs-memoryless", "sjf-oracle", "hrrn-predicted"]
+    assert data["recommendation"] == "hrrn-predicted"
+    kinds = {(v["workload"], v["policy"]): v["kind"] for v in data["verdicts"]}
+    assert kinds[("syn", "hrrn-predicted")] == "log"
+    assert kinds[("steady", "hrrn-predicted")] == "scenario"
+    assert ("steady", "sjf-oracle") not in kinds
+    md = (out / "judge.md").read_text()
+    assert "| syn | hrrn-predicted |" in md and "| steady | hrrn-predicted |" in md
+    assert jd.read_judge(out).recommendation == "hrrn-predicted"
+
+
+def test_desched_judge_refuses_a_missing_log_in_one_line(tmp_path: Path) -> None:
+    res = CliRunner().invoke(cli, ["judge", "--logs", str(tmp_path / "none.swf"),
+                                   "--out", str(tmp_path)])
+    assert res.exit_code == 2
+    assert res.output.strip().splitlines() == [(f"error: --logs: {tmp_path / 'none.swf'}: "
+                                               "no such file")]
+
+
+def test_the_report_section_states_only_numbers_of_its_record_and_draws_the_harm_plot(
+    tmp_path: Path,
+) -> None:
+    from desched.bench.report.deploy import deploy_section, markdown_section, plot_tenant_harm
+    from desched.bench.report.numbers import unmatched_numbers
+    from desched.policies import RECOMMENDED
+
+    cases = [small_case(tmp_path), jd.prepare_scenario("steady", cache_dir=None, tasks=500)]
+    result = jd.run_judge(cases, ["sjf-predicted", "hrrn-predicted"])
+    section = deploy_section(result, "a test run")
+    assert {r.policy for r in section.rows} == {"sjf-oracle", "sjf-predicted", "hrrn-predicted"}
+    assert {h.workload for h in section.harm} == {"steady"}
+    assert section.recommendation == result.recommendation
+    assert section.deployed_default == RECOMMENDED
+    text = "\n".join(markdown_section(section, "deploy-tenants.png"))
+    assert "## Which policy to deploy" in text
+    assert f"**Recommendation: `{result.recommendation}`**" in text
+    assert unmatched_numbers(text, section.model_dump()) == []
+    png = plot_tenant_harm(section, tmp_path / "deploy-tenants.png")
+    assert png.stat().st_size > 5000
+
+
+def test_the_cache_keeps_apart_cases_of_different_settings(tmp_path: Path) -> None:
+    log = write_swf(tmp_path / "syn.1-x.swf", 600, 1)  # dots in the name, as the real logs
+    whole = jd.prepare_log(log, cache_dir=tmp_path / "cache")
+    part = jd.prepare_log(log, cache_dir=tmp_path / "cache", max_tasks=400)
+    assert (whole.tasks, part.tasks) == (180, 120)
+    assert len(list((tmp_path / "cache").glob("*.parquet"))) == 2
+    assert jd.prepare_log(log, cache_dir=tmp_path / "cache", max_tasks=400).tasks == 120
