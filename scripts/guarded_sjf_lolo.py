@@ -8,6 +8,8 @@ held-out log is then judged with them. ``--all`` also prints the grid
 point chosen on all six logs (the default) and the whole grid.
 
     PYTHONPATH=. .venv/bin/python scripts/guarded_sjf_lolo.py --all --out data/lolo
+    PYTHONPATH=. .venv/bin/desched judge --policies guarded-sjf \
+        --tune scripts.guarded_sjf_lolo:grid_tune --out data/judge-lolo
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ SCENARIOS: list[jd.Case] = []
 
 
 def no_harm(params: dict[str, float]) -> bool:
+    """Whether ``params`` do no harm on every DES scenario case (prepared, from the judge's
+    cache, on first use when called through ``desched judge --tune``)."""
+    if not SCENARIOS:
+        SCENARIOS[:] = jd.prepare_cases(logs=[])
     return all(jd.verdict_of(c, POLICY, params).all_passed for c in SCENARIOS)
 
 
