@@ -1,12 +1,15 @@
 """Leave-one-log-out tuning of guarded-sjf with the deployment judge (docs/deploy-policy-research.md).
 
-For each real log, the parameters are chosen on the five other logs only: the point of the
-policy's search grid (``GuardedSjfParams.search.grid()``) with the smallest sum, over those
-logs, of the judge's distances to the four criteria (``Criterion.distance``: 0 when a
-criterion holds); the held-out log is then judged with them. ``--all`` also prints the grid
+For each real log, the parameters are chosen on the five other logs only: among the points
+of the policy's search grid (``GuardedSjfParams.search.grid()``) that do no harm on the DES
+scenarios (steady, flood), the one with the smallest sum, over those logs, of the judge's
+distances to the four criteria (``Criterion.distance``: 0 when a criterion holds); the
+held-out log is then judged with them. ``--all`` also prints the grid
 point chosen on all six logs (the default) and the whole grid.
 
     PYTHONPATH=. .venv/bin/python scripts/guarded_sjf_lolo.py --all --out data/lolo
+    PYTHONPATH=. .venv/bin/desched judge --policies guarded-sjf \
+        --tune scripts.guarded_sjf_lolo:grid_tune --out data/judge-lolo
 """
 
 from __future__ import annotations
@@ -32,13 +35,28 @@ def distance(case: jd.Case, params: dict[str, float]) -> float:
     return sum(c.distance for c in v.criteria.values())
 
 
+SCENARIOS: list[jd.Case] = []
+"""The DES scenario cases: a grid point must do no harm on every one of them."""
+
+
+def no_harm(params: dict[str, float]) -> bool:
+    """Whether ``params`` do no harm on every DES scenario case (prepared, from the judge's
+    cache, on first use when called through ``desched judge --tune``)."""
+    if not SCENARIOS:
+        SCENARIOS[:] = jd.prepare_cases(logs=[])
+    return all(jd.verdict_of(c, POLICY, params).all_passed for c in SCENARIOS)
+
+
 def grid_tune(policy: str, training: Sequence[jd.Case]) -> dict[str, float]:
-    """The grid point with the smallest summed distance on ``training`` (ties: grid order);
-    no parameters for a policy without a search space."""
+    """Among the grid points that do no harm on the DES scenarios (all of them if none
+    does), the one with the smallest summed distance on the ``training`` logs (ties: grid
+    order); no parameters for a policy other than guarded-sjf."""
     if policy != POLICY:
         return {}
     grid = get_policy(policy).Params.search.grid()
-    return min(grid, key=lambda p: sum(distance(c, p) for c in training))
+    allowed = [p for p in grid if no_harm(p)] or grid
+    logs = [c for c in training if c.kind == "log"]
+    return min(allowed, key=lambda p: sum(distance(c, p) for c in logs))
 
 
 def main() -> None:
@@ -48,6 +66,7 @@ def main() -> None:
     args = parser.parse_args()
     cases = jd.prepare_cases(progress=print)
     logs = [c for c in cases if c.kind == "log"]
+    SCENARIOS[:] = [c for c in cases if c.kind == "scenario"]
     result = jd.run_judge(cases, [POLICY, "sjf-predicted", "hrrn-predicted"],
                           tune=grid_tune, progress=None)
     print(jd.markdown(result))
