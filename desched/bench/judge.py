@@ -167,7 +167,8 @@ def default_policies() -> list[str]:
     return predictive_policies()
 
 
-def resolve(case: Case, spec: str, extra: Mapping[str, Any] | None = None) -> tuple[str, dict]:
+def resolve(case: Case, spec: str,
+            extra: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
     """The policy name and its parameters on ``case``: the spec's, then ``extra`` (a tuner's),
     then unset ``duration_scaled`` keys scaled to the training part's mean duration on a log."""
     from desched.bench.specs import PolicySpec
@@ -440,7 +441,7 @@ def markdown(result: JudgeResult) -> str:
             continue
 
         def span(key: str, digits: int, mine: list[Verdict] = mine) -> str:
-            vals = [v.criteria[key].value for v in mine if v.criteria[key].value is not None]
+            vals = [x for v in mine if (x := v.criteria[key].value) is not None]
             if not vals:
                 return "n/a"
             return f"{_fmt(min(vals), digits)} to {_fmt(max(vals), digits)}"
