@@ -59,7 +59,9 @@ from desched.bench.judge_cases import (
     prepare_log,
     prepare_scenario,
 )
+from desched.bench.roles import clairvoyant
 from desched.errors import DeschedError
+from desched.policies import REGISTRY, WITHOUT_PREDICTION
 from desched.records import Record
 
 __all__ = [
@@ -69,8 +71,11 @@ __all__ = [
     "write_judge",
 ]
 
-TODAY = "ifs-memoryless"
-ORACLE = "sjf-oracle"
+TODAY = WITHOUT_PREDICTION
+"""Today's scorer, every criterion's reference (``ifs-memoryless``)."""
+ORACLE = next(n for n in REGISTRY if clairvoyant(n))
+"""The clairvoyant bound of the gain: the registry's first policy that reads the true
+duration (``sjf-oracle``)."""
 LOG_CRITERIA: tuple[str, ...] = ("gain", "p99", "delta_jain", "worst_tenant")
 SCENARIO_CRITERIA: tuple[str, ...] = ("mean_response", "jain_slowdown", "max_service_lag")
 
@@ -316,8 +321,6 @@ def recommend(verdicts: Sequence[Verdict], candidates: Sequence[str]) -> tuple[s
     """The candidate passing the most criteria over every workload; ties go to the smaller
     sum of log-criterion distances (gain, p99 ratio, Jain, worst-tenant ratio), then to the
     higher mean gain. Returns the name (``None`` without a candidate) and the reason."""
-    from desched.bench.roles import clairvoyant
-
     rows = []
     for spec in candidates:
         name = spec.partition("?")[0]
