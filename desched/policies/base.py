@@ -90,8 +90,9 @@ class Policy(ABC):
     that no live scheduler can run)."""
     tenant_state: ClassVar[frozenset[str]] = frozenset()
     """What the policy remembers per tenant between decisions (``state()``): ``service``
-    (a counter of service received, Q1's family), ``turn`` (a place in a ring); empty for a
-    policy whose decisions depend only on the queued tasks."""
+    (a counter of service received, Q1's family), ``turn`` (a place in a ring), ``clock`` (a
+    global work clock and each queued task's deadline on it: ``guarded-sjf``, whose state is
+    not per tenant); empty for a policy whose decisions depend only on the queued tasks."""
     naive: ClassVar[type[Policy]]
     requeue_is_exact: ClassVar[bool] = False
     """True where ``pop`` and ``push`` change nothing but the queued set and a decision
