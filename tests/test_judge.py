@@ -242,3 +242,28 @@ def test_the_cache_keeps_apart_cases_of_different_settings(tmp_path: Path) -> No
     assert (whole.tasks, part.tasks) == (180, 120)
     assert len(list((tmp_path / "cache").glob("*.parquet"))) == 2
     assert jd.prepare_log(log, cache_dir=tmp_path / "cache", max_tasks=400).tasks == 120
+
+
+def _verdict(policy: str, workload: str, passes: dict[str, bool]) -> jd.Verdict:
+    outcome = jd.Outcome(policy=policy, params={}, mean_response_s=1.0, p99_response_s=1.0,
+                         jain_bsld=1.0, jain_slowdown=1.0, max_service_lag_s=0.0,
+                         tenant_bsld={}, tenant_tasks={})
+    criteria = {k: jd.Criterion(value=0.0, bound=0.0, sense="min", passed=ok,
+                                distance=0.0 if ok else 1.0) for k, ok in passes.items()}
+    return jd.Verdict(workload=workload, kind="log", policy=policy, params={},
+                      criteria=criteria, passed=sum(passes.values()), outcome=outcome,
+                      today=outcome, oracle_mean_response_s=None, worst_tenant_name=None,
+                      tenant_ratio={})
+
+
+def test_the_recommendation_puts_no_tenant_harmed_before_the_count_of_criteria() -> None:
+    # "sjf-predicted" passes more criteria but harms a tenant on both logs; "guarded-sjf" harms none.
+    fast = {"gain": True, "p99": True, "delta_jain": True, "worst_tenant": False}
+    safe = {"gain": False, "p99": False, "delta_jain": False, "worst_tenant": True}
+    verdicts = [_verdict(p, log, c) for log in ("a", "b")
+                for p, c in (("sjf-predicted", fast), ("guarded-sjf", safe))]
+    name, reason = jd.recommend(verdicts, ["sjf-predicted", "guarded-sjf"])
+    assert name == "guarded-sjf" and "2 of 2 logs" in reason
+    # with the tenant criterion equal, the count of criteria decides
+    verdicts = [_verdict("sjf-predicted", "a", fast), _verdict("guarded-sjf", "a", {**safe, "worst_tenant": False})]
+    assert jd.recommend(verdicts, ["sjf-predicted", "guarded-sjf"])[0] == "sjf-predicted"

@@ -319,9 +319,11 @@ def verdict_of(case: Case, spec: str, extra: Mapping[str, Any] | None = None,
 
 
 def recommend(verdicts: Sequence[Verdict], candidates: Sequence[str]) -> tuple[str | None, str]:
-    """The candidate passing the most criteria over every workload; ties go to the smaller
-    sum of log-criterion distances (gain, p99 ratio, Jain, worst-tenant ratio), then to the
-    higher mean gain. Returns the name (``None`` without a candidate) and the reason."""
+    """The candidate that harms no tenant on the most real logs (the worst-tenant criterion:
+    "unfair to no one" comes first, an operator cannot trade a starved tenant for a faster
+    mean), then the one passing the most criteria over every workload; ties go to the
+    smaller sum of log-criterion distances (gain, p99 ratio, Jain, worst-tenant ratio), then
+    to the higher mean gain. Returns the name (``None`` without a candidate) and the reason."""
     rows = []
     for spec in candidates:
         name = spec.partition("?")[0]
@@ -331,20 +333,24 @@ def recommend(verdicts: Sequence[Verdict], candidates: Sequence[str]) -> tuple[s
         if not mine:
             continue
         passed = sum(v.passed for v in mine)
+        protected = sum(v.criteria["worst_tenant"].passed for v in mine
+                        if v.kind == "log" and "worst_tenant" in v.criteria)
         total = sum(len(v.criteria) for v in mine)
         distance = sum(c.distance for v in mine if v.kind == "log" for c in v.criteria.values())
         gains = [v.criteria["gain"].value for v in mine
                  if v.kind == "log" and v.criteria["gain"].value is not None]
         mean_gain = float(np.mean(gains)) if gains else -math.inf
-        rows.append((-passed, distance, -mean_gain, spec, passed, total))
+        rows.append((-protected, -passed, distance, -mean_gain, spec, passed, total, protected))
     if not rows:
         return None, "no candidate policy was judged"
     rows.sort()
-    _, distance, neg_gain, spec, passed, total = rows[0]
+    _, _, distance, neg_gain, spec, passed, total, protected = rows[0]
+    logs = sum(1 for v in verdicts if v.policy == spec and v.kind == "log")
     everything = "every criterion on every workload" if passed == total else (
-        f"{passed} of {total} criteria over all workloads (the most of any candidate)")
-    return spec, (f"{spec} passes {everything}; total distance to the log criteria "
-                  f"{distance:.3g}, mean gain {-neg_gain:.3f}")
+        f"{passed} of {total} criteria over all workloads")
+    return spec, (f"{spec} keeps every tenant within the worst-tenant bound on {protected} of "
+                  f"{logs} logs (the most of any candidate) and passes {everything}; total "
+                  f"distance to the log criteria {distance:.3g}, mean gain {-neg_gain:.3f}")
 
 
 def run_judge(

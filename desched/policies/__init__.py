@@ -51,7 +51,7 @@ REGISTRY: dict[str, type[Policy]] = {
 }
 
 
-RECOMMENDED = "hrrn-predicted"
+RECOMMENDED = "guarded-sjf"
 """The policy to deploy where a duration model is loaded: the live service's default when no
 policy is recorded, and the report's "deployed default". It is the recommendation of the
 deployment judge (``desched judge``, docs/deploy-policy.md); change it only with a judge run
