@@ -427,7 +427,7 @@ def test_the_train_command_on_a_warehouse_trains_each_workload_into_its_own_regi
         str(tmp_path / "runs/b/decision-log.parquet"): generate("flood", tasks=300, seed=2),
     })
     res = CliRunner().invoke(
-        cli, ["train", "--db", str(db), "--registry", "reg", "--max-rounds", "10"]
+        cli, ["train", "--warehouse", str(db), "--registry", "reg", "--max-rounds", "10"]
     )
     assert res.exit_code == 0, res.output
     assert "runs-a: v0001 promoted" in res.output and "runs-b: v0001 promoted" in res.output
