@@ -33,6 +33,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import sqlite3
 import statistics
 import subprocess
@@ -52,13 +53,27 @@ from common import ROOT, machine, markdown_table, write_json
 from desched.cli.service import serve_argv
 
 PG_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+SUBMIT_TRIES = 5
+SUBMIT_RETRIES = [0]
+"""Submits answered 503 and retried (with their idempotency key) during the set-up: on this
+shared machine a commit has once taken more than the service's 30 s commit timeout."""
 PROFILE_DIR: Path | None = None
 """``--profile DIR``: run the service under cProfile, one profile for the event loop's
 thread and one for the writer thread, written to DIR at a clean stop. Times are each
 thread's CPU time (``time.thread_time``), not wall time: on a loaded machine, wall time
 mostly measures waiting for a CPU or for the GIL."""
+SERVE = """
+import faulthandler, signal
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # a stalled set-up dumps its stacks
+from desched.cli import main
+main()
+"""
+"""``desched serve`` as the bench runs it: the CLI, with every thread's stack written to
+stderr on SIGUSR1 (sent when a set-up submit is answered 503)."""
+SERVICE_PID = [0]
 PROFILED_SERVE = """
-import cProfile, os, signal, sys, time
+import cProfile, faulthandler, os, signal, sys, time
+faulthandler.register(signal.SIGUSR1, all_threads=True)
 from desched.cli import main
 # uvicorn re-raises the SIGTERM it stopped on: exit through the finally below.
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -154,7 +169,10 @@ def start_service(
         PROFILE_DIR.mkdir(parents=True, exist_ok=True)
         env["DESCHED_BENCH_PROFILE"] = str(PROFILE_DIR / f"serve-{port}")
         argv[1:3] = ["-c", PROFILED_SERVE]
+    else:
+        argv[1:3] = ["-c", SERVE]
     proc = subprocess.Popen(argv, cwd=source, env=env)
+    SERVICE_PID[0] = proc.pid
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -188,9 +206,20 @@ def preload(url: str, tenants: list[str], wanted: dict[int, int]) -> float:
                     }
                     for j in range(size)
                 ]
-                r = client.post(
-                    "/v1/tasks", json=body, headers={"Authorization": f"Bearer {tenants[k]}"}
-                )
+                headers = {
+                    "Authorization": f"Bearer {tenants[k]}",
+                    "Idempotency-Key": uuid.uuid4().hex,
+                }
+                for attempt in range(SUBMIT_TRIES):
+                    r = client.post("/v1/tasks", json=body, headers=headers)
+                    if r.status_code != 503 or attempt == SUBMIT_TRIES - 1:
+                        break
+                    # "retry": the same key, so a submit that did commit creates nothing new
+                    SUBMIT_RETRIES[0] += 1
+                    print(f"submit answered 503 ({r.text[:120]}): retrying", file=sys.stderr)
+                    if SERVICE_PID[0]:  # the service's stacks, for the record
+                        os.kill(SERVICE_PID[0], signal.SIGUSR1)
+                    time.sleep(1)
                 if r.status_code not in (200, 201):
                     raise RuntimeError(f"submit answered {r.status_code}: {r.text[:300]}")
                 n += size
@@ -694,7 +723,7 @@ def main() -> None:
         for _ in range(args.repeats)
     ]
     results = [merge([one[c] for one in rounds]) for c in range(len(configs))]
-    payload = {"machine": machine(), "results": results}
+    payload = {"machine": machine(), "results": results, "submit_retries_503": SUBMIT_RETRIES[0]}
     path = write_json("service.json", payload)
     rows = []
     for r in results:

@@ -120,6 +120,22 @@ def test_report_json_reads_back_as_the_typed_report_it_was_written_from(
     assert json.dumps(report.to_json()) == json.dumps(quick_report["json"])
 
 
+def test_the_report_says_which_policy_to_deploy_from_a_judge_run_on_its_own_logs(
+    quick_report: dict[str, Any],
+) -> None:
+    deploy = quick_report["json"]["deploy"]
+    assert len(deploy["logs"]) == 2 and set(deploy["scenarios"]) == {"flood", "steady"}
+    assert deploy["policies"] == predictive_policies()
+    assert deploy["recommendation"] in deploy["policies"]
+    judged = {(r["workload"], r["policy"]) for r in deploy["rows"]}
+    assert judged == {(w, p) for w in deploy["logs"]
+                      for p in [deploy["oracle"], *deploy["policies"]]}
+    assert "## Which policy to deploy" in quick_report["md"]
+    assert f"**Recommendation: `{deploy['recommendation']}`**" in quick_report["md"]
+    plot = quick_report["json"]["plots"]["deploy"]
+    assert (quick_report["folder"] / plot).stat().st_size > 5000
+
+
 def test_a_number_absent_from_the_json_is_caught() -> None:
     report = {"a": 6285.7, "b": 0.8724, "c": [12.0]}
     assert unmatched_numbers("wait 6,286 s, Jain 0.872, p99 of t00 is 12", report) == []

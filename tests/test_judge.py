@@ -97,6 +97,16 @@ def test_the_no_harm_check_compares_mean_response_jain_and_service_lag_with_toda
     assert checks["mean_response"].passed and checks["max_service_lag"].passed
 
 
+def test_a_value_equal_to_today_up_to_rounding_is_no_worse() -> None:
+    today = jd.Outcome(policy="t", params={}, mean_response_s=10.0, p99_response_s=1.0,
+                       jain_bsld=0.5, jain_slowdown=0.8, max_service_lag_s=25821.27780953888,
+                       tenant_bsld={}, tenant_tasks={})
+    same = today.model_copy(update={"max_service_lag_s": 25821.277809545456})
+    worse = today.model_copy(update={"max_service_lag_s": 25821.3})
+    assert jd.scenario_criteria(same, today)["max_service_lag"].passed
+    assert not jd.scenario_criteria(worse, today)["max_service_lag"].passed
+
+
 def test_rescaling_gives_exactly_the_offered_load() -> None:
     import polars as pl
 
@@ -223,3 +233,12 @@ def test_the_report_section_states_only_numbers_of_its_record_and_draws_the_harm
     assert unmatched_numbers(text, section.model_dump()) == []
     png = plot_tenant_harm(section, tmp_path / "deploy-tenants.png")
     assert png.stat().st_size > 5000
+
+
+def test_the_cache_keeps_apart_cases_of_different_settings(tmp_path: Path) -> None:
+    log = write_swf(tmp_path / "syn.1-x.swf", 600, 1)  # dots in the name, as the real logs
+    whole = jd.prepare_log(log, cache_dir=tmp_path / "cache")
+    part = jd.prepare_log(log, cache_dir=tmp_path / "cache", max_tasks=400)
+    assert (whole.tasks, part.tasks) == (180, 120)
+    assert len(list((tmp_path / "cache").glob("*.parquet"))) == 2
+    assert jd.prepare_log(log, cache_dir=tmp_path / "cache", max_tasks=400).tasks == 120

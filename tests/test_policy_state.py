@@ -117,7 +117,10 @@ def test_fast_and_naive_policies_report_the_same_state(name, tasks, run):
         assert fast.state() == naive.state()
 
 
-@pytest.mark.parametrize("name", ["vtc", "fair-sjf", "ifs-counter", "round-robin"])
+STATEFUL = ["vtc", "fair-sjf", "ifs-counter", "round-robin", "guarded-sjf"]
+
+
+@pytest.mark.parametrize("name", STATEFUL)
 def test_stateful_policies_have_state_and_stateless_ones_none(name):
     tasks = make_tasks(T("a", 0, 1, 1), T("b", 0, 1, 1))
     policy = make_policy(name, tasks)
@@ -125,7 +128,7 @@ def test_stateful_policies_have_state_and_stateless_ones_none(name):
     policy.push(1, 0.0)
     policy.complete(policy.pop(0.0), 1.0, 1.0)
     assert policy.state() is not None
-    for stateless in set(POLICIES) - {"vtc", "fair-sjf", "ifs-counter", "round-robin"}:
+    for stateless in set(POLICIES) - set(STATEFUL):
         assert make_policy(stateless, tasks).state() is None
 
 

@@ -59,7 +59,9 @@ from desched.bench.judge_cases import (
     prepare_log,
     prepare_scenario,
 )
+from desched.bench.roles import clairvoyant
 from desched.errors import DeschedError
+from desched.policies import REGISTRY, WITHOUT_PREDICTION
 from desched.records import Record
 from desched.tables import table_lines
 
@@ -70,8 +72,11 @@ __all__ = [
     "write_judge",
 ]
 
-TODAY = "ifs-memoryless"
-ORACLE = "sjf-oracle"
+TODAY = WITHOUT_PREDICTION
+"""Today's scorer, every criterion's reference (``ifs-memoryless``)."""
+ORACLE = next(n for n in REGISTRY if clairvoyant(n))
+"""The clairvoyant bound of the gain: the registry's first policy that reads the true
+duration (``sjf-oracle``)."""
 LOG_CRITERIA: tuple[str, ...] = ("gain", "p99", "delta_jain", "worst_tenant")
 SCENARIO_CRITERIA: tuple[str, ...] = ("mean_response", "jain_slowdown", "max_service_lag")
 
@@ -168,7 +173,8 @@ def default_policies() -> list[str]:
     return predictive_policies()
 
 
-def resolve(case: Case, spec: str, extra: Mapping[str, Any] | None = None) -> tuple[str, dict]:
+def resolve(case: Case, spec: str,
+            extra: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
     """The policy name and its parameters on ``case``: the spec's, then ``extra`` (a tuner's),
     then unset ``duration_scaled`` keys scaled to the training part's mean duration on a log."""
     from desched.bench.specs import PolicySpec
@@ -234,12 +240,19 @@ def evaluate(case: Case, spec: str, extra: Mapping[str, Any] | None = None) -> O
     return out
 
 
+TIE_REL = 1e-9
+"""Relative tolerance of a criterion: a value within it of the bound meets it (two runs that
+differ only in floating-point summation order are not "worse")."""
+
+
 def _criterion(value: float | None, bound: float, sense: Literal["min", "max"],
                passed: bool | None = None) -> Criterion:
     if passed is None:
-        passed = value is not None and (value >= bound if sense == "min" else value <= bound)
+        slack = TIE_REL * max(1.0, abs(bound))
+        passed = value is not None and (value >= bound - slack if sense == "min"
+                                        else value <= bound + slack)
     if value is None or passed:
-        distance = 0.0
+        distance = 0.0  # within the tie tolerance counts as met
     else:
         distance = bound - value if sense == "min" else value - bound
     return Criterion(value=value, bound=bound, sense=sense, passed=passed, distance=distance)
@@ -309,8 +322,6 @@ def recommend(verdicts: Sequence[Verdict], candidates: Sequence[str]) -> tuple[s
     """The candidate passing the most criteria over every workload; ties go to the smaller
     sum of log-criterion distances (gain, p99 ratio, Jain, worst-tenant ratio), then to the
     higher mean gain. Returns the name (``None`` without a candidate) and the reason."""
-    from desched.bench.roles import clairvoyant
-
     rows = []
     for spec in candidates:
         name = spec.partition("?")[0]
@@ -432,7 +443,7 @@ def markdown(result: JudgeResult) -> str:
             continue
 
         def span(key: str, digits: int, mine: list[Verdict] = mine) -> str:
-            vals = [v.criteria[key].value for v in mine if v.criteria[key].value is not None]
+            vals = [x for v in mine if (x := v.criteria[key].value) is not None]
             if not vals:
                 return "n/a"
             return f"{_fmt(min(vals), digits)} to {_fmt(max(vals), digits)}"
@@ -443,6 +454,16 @@ def markdown(result: JudgeResult) -> str:
                           "logs passing all four"], ranges)
     lines += ["", (f"Recommendation: **{result.recommendation or 'none'}**: "
               f"{result.recommendation_reason}."), ""]
+    rec = [v for v in result.verdicts if v.policy == result.recommendation and v.kind == "log"]
+    if rec and not all(v.all_passed for v in rec):
+        lines += [(f"Distance of {result.recommendation} to each criterion (0: met; gain and "
+                  "Δ Jain short of their bound, p99 and worst-tenant ratios over it):"), "",
+                  "| log | gain | p99 | Δ Jain | worst tenant |", "|---|---|---|---|---|"]
+        for v in rec:
+            c = v.criteria
+            lines.append(f"| {v.workload} | " + " | ".join(
+                _fmt(c[k].distance, 3) for k in LOG_CRITERIA) + " |")
+        lines.append("")
     return "\n".join(lines)
 
 

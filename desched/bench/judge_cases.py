@@ -170,8 +170,14 @@ def _train(frame: pl.DataFrame, source: str, settings: Any) -> Any:
     return train(frame, settings, source=source)
 
 
+def _files(base: Path) -> tuple[Path, Path]:
+    """The metadata and test-part files of cache entry ``base`` (``NAME-KEY``; a log name has
+    dots, so no ``with_suffix``)."""
+    return base.parent / f"{base.name}.json", base.parent / f"{base.name}.parquet"
+
+
 def _read_cache(base: Path) -> Case | None:
-    meta_path, data_path = base.with_suffix(".json"), base.with_suffix(".parquet")
+    meta_path, data_path = _files(base)
     if not (meta_path.is_file() and data_path.is_file()):
         return None
     try:
@@ -186,12 +192,13 @@ def _read_cache(base: Path) -> Case | None:
 
 
 def _write_cache(base: Path, case: Case) -> None:
+    meta_path, data_path = _files(base)
     base.parent.mkdir(parents=True, exist_ok=True)
-    case.frame.write_parquet(base.with_suffix(".parquet"))
+    case.frame.write_parquet(data_path)
     meta = {k: v for k, v in case.info().items() if k in
             ("name", "kind", "source", "workers", "mean_train_duration_s", "model", "load",
              "train_frac")}
-    base.with_suffix(".json").write_text(json.dumps(meta, indent=1))
+    meta_path.write_text(json.dumps(meta, indent=1))
 
 
 def prepare_log(

@@ -16,6 +16,7 @@ from desched.errors import DeschedError
 from desched.policies.base import Policy, PolicyParams
 from desched.policies.fair_sjf import FairSjf
 from desched.policies.fifo import Fifo
+from desched.policies.guarded_sjf import GuardedSjf
 from desched.policies.hrrn_predicted import HrrnPredicted
 from desched.policies.ifs_counter import IfsCounter
 from desched.policies.ifs_memoryless import IfsMemoryless
@@ -45,6 +46,7 @@ REGISTRY: dict[str, type[Policy]] = {
         HrrnPredicted,
         IfsPredicted,
         FairSjf,
+        GuardedSjf,
     )
 }
 

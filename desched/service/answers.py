@@ -10,6 +10,7 @@ transaction commits share the next one.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 from typing import Any
@@ -82,6 +83,24 @@ def lease_json(grant: Grant) -> dict[str, Any]:
         "predicted_s": None if math.isnan(t.predicted_s) else t.predicted_s,
         "predicted_mem_mb": t.predicted_mem_mb,
     }
+
+
+class LeaseResponse(JSONResponse):
+    """``JSONResponse`` rendered by one encoder built once, with the very options
+    ``JSONResponse.render`` passes to ``json.dumps`` (which builds an encoder per call):
+    the same bytes."""
+
+    render_json = json.JSONEncoder(
+        ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
+    ).encode
+
+    def render(self, content: Any) -> bytes:
+        return self.render_json(content).encode("utf-8")
+
+
+def lease_response(grant: Grant) -> JSONResponse:
+    """The answer to a poll that got a task (``LeaseOut``)."""
+    return LeaseResponse(lease_json(grant))
 
 
 def refusal(exc: ServiceError | DeschedError) -> JSONResponse:

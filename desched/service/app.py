@@ -44,7 +44,13 @@ from desched.errors import DeschedError
 from desched.models.interfaces import DurationPredictor, MemoryPredictor
 from desched.models.loading import load_duration_predictor, load_memory_predictor
 from desched.service import schemas as m
-from desched.service.answers import committed, lease_json, refusal, storage_error, storage_errors
+from desched.service.answers import (
+    committed,
+    lease_response,
+    refusal,
+    storage_error,
+    storage_errors,
+)
 from desched.service.asgi import ASGIApp, BodyLimit, Receive, Scope, Send
 from desched.service.clock import Clock
 from desched.service.decision_log import DecisionLog
@@ -290,7 +296,7 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
         if grant is None:
             return Response(status_code=204)
         await committed(pending)
-        return JSONResponse(lease_json(grant))
+        return lease_response(grant)
 
     @app.post(
         "/v1/tasks/{task_id}/cancel",

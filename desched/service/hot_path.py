@@ -10,16 +10,20 @@ request sequences to a service with and one without this path and compares every
 
 from __future__ import annotations
 
-import json
 import re
 
 from fastapi import Response
-from fastapi.responses import JSONResponse
 from fastapi.security.utils import get_authorization_scheme_param
 
 from desched.errors import DeschedError
 from desched.service import schemas as m
-from desched.service.answers import committed, lease_json, refusal, storage_error, storage_errors
+from desched.service.answers import (
+    committed,
+    lease_response,
+    refusal,
+    storage_error,
+    storage_errors,
+)
 from desched.service.asgi import ASGIApp, Receive, Scope, Send, read_body, replay
 from desched.service.errors import ServiceError
 from desched.service.records import Role
@@ -89,10 +93,13 @@ class HotPath:
     async def _answer(self, worker: str, task_id: str | None, body: bytes) -> Response | None:
         """The response, or None to leave the request to the FastAPI route."""
         try:
+            # pydantic's own JSON parser: what it accepts, ``json.loads`` (the route's
+            # parser) reads the same; what it refuses (a byte-order mark, say) goes to the
+            # route, which answers
             if task_id is None:
-                poll = m.PollIn.model_validate(json.loads(body))
+                poll = m.PollIn.model_validate_json(body)
             else:
-                done = m.CompleteIn.model_validate(json.loads(body))
+                done = m.CompleteIn.model_validate_json(body)
         except (ValueError, RecursionError):  # not JSON (or nested too deep), not the model
             return None
         try:
@@ -101,7 +108,7 @@ class HotPath:
                 if grant is None:
                     return Response(status_code=204)
                 await committed(pending)
-                return JSONResponse(lease_json(grant))
+                return lease_response(grant)
             await committed(
                 self.sched.complete(
                     worker,

@@ -1,0 +1,309 @@
+"""``guarded-sjf``: shortest predicted first, each task guarded by its first-come turn.
+
+The guard runs on a *work clock*: ``clock`` counts the predicted work (``predicted_s``)
+dispatched so far. A task that arrives finds ``Q`` predicted seconds of work queued ahead of
+it; first-come-first-served would start it once that much work has been dispatched, so its
+*turn* is ``clock + Q``. Its deadline on the work clock is ``clock + beta * Q + a * m``,
+with ``m`` the mean prediction of the tasks pushed so far: ``beta = 1`` is exactly its
+first-come turn, ``beta > 1`` lets later, shorter tasks overtake it by up to ``(beta - 1) * Q``
+more seconds of work (plus ``a`` mean tasks' worth). At each decision, if the queued task
+with the earliest deadline is due (``deadline <= clock``), it goes first; otherwise the
+shortest predicted task does.
+
+Nothing in the rule is in seconds of wall time or counts workers, so one setting serves a
+queue of one-second tasks and a log of day-long jobs alike; the clock advances by the
+winner's prediction, so a workload whose predictions are all off by one factor decides the
+same. Work is counted in whole milliseconds (``units``) so that the fast policy's running
+sums and the naive twin's rescans agree exactly.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from desched.policies.base import NaivePolicy, Policy
+from desched.policies.learnable import LearnableParams, Range, SearchSpace
+from desched.trace import TaskTable
+
+UNITS_PER_S = 1000
+"""Work is counted in whole milliseconds of predicted duration (module docstring)."""
+
+
+def units(predicted_s: float) -> int:
+    """A prediction in whole milliseconds (at least 0)."""
+    return max(0, round(predicted_s * UNITS_PER_S))
+
+
+class GuardedSjfParams(LearnableParams):
+    """How far behind its first-come turn a task may fall (module docstring).
+
+    Learnable: ``beta`` (the stretch of its turn) and ``a`` (extra slack, in mean tasks).
+    Defaults ``beta = 1, a = 20``: each task's first-come turn plus 20 mean tasks of work,
+    the grid point with the smallest summed distance to issue 12's four criteria over the six
+    bundled SWF logs among those that do no harm on the DES scenarios (any ``beta > 1``
+    lowers Jain's index on ``flood``); docs/deploy-policy-research.md.
+    """
+
+    search: ClassVar[SearchSpace] = SearchSpace((
+        Range("beta", 1.0, 4.0, grid=(1.0, 1.05, 1.1, 1.25, 1.5, 2.0)),
+        Range("a", 0.0, 500.0, grid=(0.0, 5.0, 10.0, 20.0, 50.0, 200.0)),
+    ))
+
+    beta: float = Field(1.0, ge=1.0, description="deadline = work clock + beta * work queued "
+                        "ahead at arrival (+ a mean tasks); 1 is first-come-first-served")
+    a: float = Field(20.0, ge=0.0, description="extra slack before a task is due, in mean "
+                     "predicted tasks of work")
+
+
+class GuardState:
+    """The work clock and the sums both twins keep the same way."""
+
+    clock: int
+    pushed_work: int
+    pushed: int
+    deadline: dict[int, float]
+
+    def init_guard(self) -> None:
+        self.clock = 0
+        self.pushed_work = 0
+        self.pushed = 0
+        self.deadline = {}
+
+    def deadline_of(self, u: int, queued_work: int, params: GuardedSjfParams) -> float:
+        """Deadline of a task of ``u`` units arriving with ``queued_work`` units ahead; counts
+        it among the pushed tasks."""
+        self.pushed_work += u
+        self.pushed += 1
+        return self.clock + params.beta * queued_work + params.a * (self.pushed_work / self.pushed)
+
+    def lateness_s(self, i: int) -> float:
+        """How far the clock has run past ``i``'s deadline, in seconds of work (> 0: due)."""
+        return (self.clock - self.deadline[i]) / UNITS_PER_S
+
+    def guard_state(self, tasks: TaskTable, queued: Any) -> dict[str, Any] | None:
+        if self.clock == 0 and self.pushed == 0:
+            return None
+        return {
+            "clock": self.clock,
+            "pushed": [self.pushed_work, self.pushed],
+            "deadline": {tasks.task_id[i]: self.deadline[i] for i in sorted(queued)},
+        }
+
+    def restore_guard(self, tasks: TaskTable, queued: Any, state: dict[str, Any]) -> None:
+        self.clock = int(state["clock"])
+        self.pushed_work, self.pushed = (int(x) for x in state["pushed"])
+        saved = state["deadline"]
+        for i in queued:
+            if tasks.task_id[i] in saved:
+                self.deadline[i] = float(saved[tasks.task_id[i]])
+
+
+class GuardedSjfNaive(GuardState, NaivePolicy):
+    """Reference: rescans the queue for the work ahead of an arrival and for the winner."""
+
+    name = "guarded-sjf"
+    summary = ("shortest predicted first; a task whose first-come turn on the work clock, "
+               "stretched by beta, has passed goes first")
+    Params = GuardedSjfParams
+    components = ("predicted_s", "lateness_s")
+    reads = frozenset({"predicted_s"})
+    tenant_state = frozenset({"clock"})
+    params: GuardedSjfParams
+
+    def __init__(self, tasks: TaskTable, params: GuardedSjfParams | None = None) -> None:
+        super().__init__(tasks, params)
+        self.init_guard()
+
+    def push(self, i: int, now: float) -> None:
+        ahead = sum(units(self.tasks.predicted_s[j]) for j in self.queue)
+        self.deadline[i] = self.deadline_of(units(self.tasks.predicted_s[i]), ahead, self.params)
+        super().push(i, now)
+
+    def key(self, i: int, now: float) -> tuple[float, ...]:
+        d, s = self.deadline[i], self.tasks.submit_s[i]
+        if d <= self.clock:
+            return (1.0, -d, -s, -i)
+        return (0.0, -self.tasks.predicted_s[i], -s, -i)
+
+    def explain(self, i: int, now: float) -> tuple[float, tuple[float, ...]]:
+        late = self.lateness_s(i)
+        return late, (self.tasks.predicted_s[i], late)
+
+    def taken(self, i: int, now: float) -> None:
+        self.clock += units(self.tasks.predicted_s[i])
+        del self.deadline[i]
+
+    def removed(self, i: int, now: float) -> None:
+        self.pushed_work -= units(self.tasks.predicted_s[i])
+        self.pushed -= 1
+        del self.deadline[i]
+
+    def state(self) -> dict[str, Any] | None:
+        return self.guard_state(self.tasks, self.queue)
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.restore_guard(self.tasks, self.queue, state)
+
+
+class _HeapWalk:
+    """The live entries of a ``heapq`` list in heap order, lazily, without touching it:
+    O(log k) per entry for the first k."""
+
+    def __init__(self, heap: list[tuple[Any, ...]], live: Any) -> None:
+        self.heap = heap
+        self.live = live
+        self.frontier: list[tuple[tuple[Any, ...], int]] = [(heap[0], 0)] if heap else []
+
+    def peek(self, gone: set[int]) -> tuple[Any, ...] | None:
+        heap, frontier = self.heap, self.frontier
+        while frontier:
+            entry, j = frontier[0]
+            if entry[-1] in self.live and entry[-1] not in gone:
+                return entry
+            heapq.heappop(frontier)
+            for c in (2 * j + 1, 2 * j + 2):
+                if c < len(heap):
+                    heapq.heappush(frontier, (heap[c], c))
+        return None
+
+
+class GuardedSjf(GuardState, Policy):
+    """Shortest predicted first, with a first-come-turn guard on a work clock (module
+    docstring).
+
+    Rule: a task arriving with ``Q`` units of predicted work queued gets the deadline
+    ``clock + beta * Q + a * mean prediction``. The queued task with the smallest
+    ``(deadline, submit_s, position)`` wins if its deadline is ``<= clock``; otherwise the
+    smallest ``(predicted_s, submit_s, position)`` wins. The clock then advances by the
+    winner's prediction. Bound: a task is dispatched no later than when the work clock has
+    advanced by ``(beta - 1) * Q + a * m`` past its first-come turn plus the work of the
+    tasks due before it (test_policy_guarded_sjf). State: the clock, the pushed work and each
+    queued task's deadline (``state()``, for a restart). Cost: two heaps with lazy deletion
+    whose tops are kept live (a task that leaves pops the dead tops; both heaps are rebuilt
+    when dead entries outnumber live ones twice over): O(log n) amortised per push, pop,
+    ``take`` and ``remove``; ``pop_fitting`` walks both heaps lazily from their live tops,
+    O((s + 1) log n) for s refused plus the dead entries it passes. Score logged: the winner's lateness on the
+    work clock, seconds (> 0: its guard fired); parts: its ``predicted_s`` and lateness.
+    """
+
+    name = "guarded-sjf"
+    summary = GuardedSjfNaive.summary
+    Params = GuardedSjfParams
+    components = GuardedSjfNaive.components
+    reads = GuardedSjfNaive.reads
+    tenant_state = GuardedSjfNaive.tenant_state
+    naive = GuardedSjfNaive
+    params: GuardedSjfParams
+
+    def __init__(self, tasks: TaskTable, params: GuardedSjfParams | None = None) -> None:
+        super().__init__(tasks, params)
+        self.init_guard()
+        self.queued: set[int] = set()
+        self.queued_work = 0
+        self.by_deadline: list[tuple[float, float, int]] = []
+        self.by_size: list[tuple[float, float, int]] = []
+        self.dead = 0
+
+    def __len__(self) -> int:
+        return len(self.queued)
+
+    def push(self, i: int, now: float) -> None:
+        p = self.tasks.predicted_s[i]
+        u = units(p)
+        d = self.deadline[i] = self.deadline_of(u, self.queued_work, self.params)
+        self.queued_work += u
+        self.queued.add(i)
+        s = self.tasks.submit_s[i]
+        heapq.heappush(self.by_deadline, (d, s, i))
+        heapq.heappush(self.by_size, (p, s, i))
+
+    def clean(self) -> None:
+        """Pop the dead entries off the top of both heaps, so that each top is a queued task
+        (or the heap is empty) and a walk (``pop_sequence``) starts at a live entry."""
+        queued = self.queued
+        for heap in (self.by_deadline, self.by_size):
+            while heap and heap[0][2] not in queued:
+                heapq.heappop(heap)
+                self.dead -= 1
+
+    def winner(self) -> int:
+        d, _, i = self.by_deadline[0]
+        if d <= self.clock:
+            return i
+        return self.by_size[0][2]
+
+    def pop(self, now: float) -> int:
+        i = self.winner()
+        self.take(i, now)
+        return i
+
+    def leave(self, i: int) -> int:
+        """Drop ``i`` from the queue (its heap entries die) and return its units."""
+        self.queued.remove(i)
+        u = units(self.tasks.predicted_s[i])
+        self.queued_work -= u
+        del self.deadline[i]
+        self.dead += 2
+        if self.dead > 2 * len(self.queued) + 64:
+            self.compact()
+        else:
+            self.clean()
+        return u
+
+    def compact(self) -> None:
+        """Rebuild both heaps from the live entries (the order of the keys is unchanged)."""
+        queued = self.queued
+        self.by_deadline = [e for e in self.by_deadline if e[2] in queued]
+        self.by_size = [e for e in self.by_size if e[2] in queued]
+        heapq.heapify(self.by_deadline)
+        heapq.heapify(self.by_size)
+        self.dead = 0
+
+    def take(self, i: int, now: float) -> None:
+        late = self.lateness_s(i)
+        self.score, self.parts = late, (self.tasks.predicted_s[i], late)
+        self.clock += self.leave(i)
+
+    def remove(self, i: int, now: float) -> None:
+        u = self.leave(i)
+        self.pushed_work -= u
+        self.pushed -= 1
+
+    def pop_sequence(self, now: float) -> Iterator[int]:
+        """Successive pops from the current state, by lazy walks of both heaps."""
+        clock = self.clock
+        gone: set[int] = set()
+        by_deadline = _HeapWalk(self.by_deadline, self.queued)
+        by_size = _HeapWalk(self.by_size, self.queued)
+        while len(gone) < len(self.queued):
+            due = by_deadline.peek(gone)
+            assert due is not None
+            if due[0] <= clock:
+                i = due[2]
+            else:
+                shortest = by_size.peek(gone)
+                assert shortest is not None
+                i = shortest[2]
+            gone.add(i)
+            clock += units(self.tasks.predicted_s[i])
+            yield i
+
+    def pop_fitting(self, now, fits, limit=None):  # type: ignore[no-untyped-def]
+        """The lazy walk of ``pop_sequence`` and a ``take`` of the winner."""
+        return self.pop_fitting_by_walk(now, fits, limit)
+
+    def state(self) -> dict[str, Any] | None:
+        return self.guard_state(self.tasks, self.queued)
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.restore_guard(self.tasks, self.queued, state)
+        self.by_deadline = [(self.deadline[i], self.tasks.submit_s[i], i) for i in self.queued]
+        heapq.heapify(self.by_deadline)
+        self.by_size = [(self.tasks.predicted_s[i], self.tasks.submit_s[i], i)
+                        for i in self.queued]
+        heapq.heapify(self.by_size)
+        self.dead = 0
