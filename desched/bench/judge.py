@@ -463,12 +463,11 @@ def markdown(result: JudgeResult) -> str:
     rec = [v for v in result.verdicts if v.policy == result.recommendation and v.kind == "log"]
     if rec and not all(v.all_passed for v in rec):
         lines += [(f"Distance of {result.recommendation} to each criterion (0: met; gain and "
-                  "Δ Jain short of their bound, p99 and worst-tenant ratios over it):"), "",
-                  "| log | gain | p99 | Δ Jain | worst tenant |", "|---|---|---|---|---|"]
-        for v in rec:
-            c = v.criteria
-            lines.append(f"| {v.workload} | " + " | ".join(
-                _fmt(c[k].distance, 3) for k in LOG_CRITERIA) + " |")
+                  "Δ Jain short of their bound, p99 and worst-tenant ratios over it):"), ""]
+        lines += table_lines(
+            ["log", "gain", "p99", "Δ Jain", "worst tenant"],
+            [[v.workload, *(_fmt(v.criteria[k].distance, 3) for k in LOG_CRITERIA)]
+             for v in rec])
         lines.append("")
     return "\n".join(lines)
 
