@@ -33,6 +33,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import statistics
@@ -635,6 +636,7 @@ def bench(
         }
     finally:
         db.drop()
+        shutil.rmtree(tmp, ignore_errors=True)  # the database (~50 MB), its log and WAL
 
 
 def main() -> None:
