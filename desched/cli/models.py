@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from desched.errors import DeschedError
+
+if TYPE_CHECKING:
+    import polars as pl
 
 DEFAULT_REGISTRY = "models/duration"
 REGISTRY_OPTION = click.option(
@@ -55,7 +59,8 @@ def train(db: Path | None, trace: Path | None, registry: Path, max_rounds: int, 
 
     settings = TrainSettings(max_rounds=max_rounds, seed=seed)
     if trace is not None and db is None:
-        jobs = [(registry, load_trace_or_swf(trace), str(trace), None)]
+        jobs: list[tuple[Path, pl.DataFrame, str, str | None]] = [
+            (registry, load_trace_or_swf(trace), str(trace), None)]
     elif db is not None and trace is None:
         workloads = load_warehouse_workloads(db)
         if not workloads:

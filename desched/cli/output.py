@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 import click
 
@@ -37,7 +38,7 @@ def configure_logging(verbose: bool) -> None:
 
 def on_terminal() -> bool:
     """True when stdout is a terminal (not a pipe or file) and colour is not refused."""
-    return click.get_text_stream("stdout").isatty() and "NO_COLOR" not in os.environ
+    return sys.stdout.isatty() and "NO_COLOR" not in os.environ
 
 
 def echo_markdown(text: str) -> None:

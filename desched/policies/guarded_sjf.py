@@ -20,7 +20,7 @@ sums and the naive twin's rescans agree exactly.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -273,8 +273,11 @@ class GuardedSjf(GuardState, Policy):
         self.pushed_work -= u
         self.pushed -= 1
 
-    def pop_sequence(self, now: float) -> Iterator[int]:
-        """Successive pops from the current state, by lazy walks of both heaps."""
+    def pop_sequence(self, now: float, skip: Collection[int] = ()) -> Iterator[int]:
+        """Successive pops from the current state, by lazy walks of both heaps, without the
+        tasks of the tenant codes in ``skip`` (they are popped in the walk all the same, as
+        the contract's default does)."""
+        tenant = self.tasks.tenant
         clock = self.clock
         gone: set[int] = set()
         by_deadline = _HeapWalk(self.by_deadline, self.queued)
@@ -290,7 +293,8 @@ class GuardedSjf(GuardState, Policy):
                 i = shortest[2]
             gone.add(i)
             clock += units(self.tasks.predicted_s[i])
-            yield i
+            if not skip or tenant[i] not in skip:
+                yield i
 
     def pop_fitting(self, now, fits, limit=None):  # type: ignore[no-untyped-def]
         """The lazy walk of ``pop_sequence`` and a ``take`` of the winner."""
