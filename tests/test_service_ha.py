@@ -227,8 +227,11 @@ def test_a_service_whose_writer_session_is_lost_while_a_standby_takes_over_stand
         ).json()["task_ids"]
         with psycopg.connect(pg_db, autocommit=True) as conn:
             holder = conn.execute(
+                # this test's database only: a service of another test (another database)
+                # holds a lock with the same key
                 "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
-                "AND classid = CAST(1684370275 AS oid)"
+                "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+                "AND classid = CAST(1684370275 AS oid) AND objsubid = 2"
             ).fetchone()
             assert holder is not None
             conn.execute("SELECT pg_terminate_backend(%s)", holder)
