@@ -83,3 +83,24 @@ def test_the_kernel_and_the_numpy_path_make_the_same_decisions(
         compiled.complete(a, now + 1.0, 1.0)
         plain.complete(b, now + 1.0, 1.0)
     assert len(compiled) == len(plain) == 0
+
+
+def test_per_slot_extra_arrays_grow_and_move_with_their_slots() -> None:
+    from desched.structures.tenant_queues import TenantQueues
+
+    n = 6
+    tasks = TaskTable(
+        task_id=[f"x{i}" for i in range(n)], tenant=[0, 1, 2, 3, 4, 5],
+        tenant_names=[f"t{k}" for k in range(n)], submit_s=[float(i) for i in range(n)],
+        duration_s=[1.0] * n, predicted_s=[1.0] * n,
+    )
+    q = TenantQueues(tasks, lambda i: (tasks.submit_s[i],))
+    q.extra["mark"] = np.zeros(len(q.backlog))
+    for i in range(n):
+        slot = q.push(i)
+        q.extra["mark"][slot] = 10.0 + tasks.tenant[i]
+    q._grow()
+    assert len(q.extra["mark"]) == len(q.backlog)
+    q.pop_tenant(0)  # the last slot moves into slot 0
+    marks = {int(q.tenant[s]): float(q.extra["mark"][s]) for s in range(q.n)}
+    assert marks == {k: 10.0 + k for k in range(1, n)}

@@ -156,6 +156,11 @@ class IfsCounter(IfsMemoryless):
         self.service_s = np.zeros(cap, dtype=np.float64)
         self.service_at_s = np.zeros(cap, dtype=np.float64)
         self._service_buf = np.zeros(cap, dtype=np.float64)
+        # each backlogged tenant's counter by slot, so that a decision reads slices, not
+        # gathers by tenant code (kept in step by push, complete and restore)
+        slots = len(self.queues.backlog)
+        self.queues.extra["service_s"] = np.zeros(slots, dtype=np.float64)
+        self.queues.extra["service_at_s"] = np.zeros(slots, dtype=np.float64)
 
     def _ensure(self, k: int) -> None:
         """Room for tenant code ``k`` (the live service adds tenants)."""
@@ -177,12 +182,22 @@ class IfsCounter(IfsMemoryless):
     def complete(self, i: int, now: float, duration_s: float) -> None:
         k = self.tasks.tenant[i]
         self._ensure(k)
-        self.service_s[k] = self.decayed_service_s(k, now) + self.tasks.charge(k, duration_s)
+        s = self.service_s[k] = self.decayed_service_s(k, now) + self.tasks.charge(k, duration_s)
         self.service_at_s[k] = now
+        slot = self.queues.slot_of.get(k)
+        if slot is not None:
+            extra = self.queues.extra
+            extra["service_s"][slot] = s
+            extra["service_at_s"][slot] = now
 
     def push(self, i: int, now: float) -> None:
-        self._ensure(self.tasks.tenant[i])
-        super().push(i, now)
+        k = self.tasks.tenant[i]
+        self._ensure(k)
+        q = self.queues
+        slot = q.push(i)
+        if len(q.heaps[k]) == 1:  # the tenant became backlogged: its counter to its slot
+            q.extra["service_s"][slot] = self.service_s[k]
+            q.extra["service_at_s"][slot] = self.service_at_s[k]
 
     def state(self) -> dict[str, Any] | None:
         """``{"service": {tenant: [S_k, t_k]}}`` for every tenant with a record."""
@@ -200,6 +215,10 @@ class IfsCounter(IfsMemoryless):
             k = self.tasks.tenant_code(str(name))
             self._ensure(k)
             self.service_s[k], self.service_at_s[k] = float(s), float(at)
+        q = self.queues
+        for k, slot in q.slot_of.items():
+            q.extra["service_s"][slot] = self.service_s[k]
+            q.extra["service_at_s"][slot] = self.service_at_s[k]
 
     kernel_mode = COUNTER
 
@@ -213,11 +232,11 @@ class IfsCounter(IfsMemoryless):
         if len(self._service_buf) < len(q.backlog):
             self._service_buf = np.zeros(len(q.backlog))
         buf = self._service_buf
-        tenant = q.tenant[:n]
-        # the decayed service of every backlogged tenant, as terms() computes it
+        extra = q.extra
+        # the decayed service of every backlogged tenant, as terms() computes it (by slot)
         np.multiply(
-            self.service_s[tenant],
-            np.exp2((self.service_at_s[tenant] - now) / self.params.half_life_s),
+            extra["service_s"][:n],
+            np.exp2((extra["service_at_s"][:n] - now) / self.params.half_life_s),
             out=buf[:n],
         )
         slot = self._pick(now, buf)

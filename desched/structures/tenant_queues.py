@@ -21,7 +21,8 @@ class TenantQueues:
     Each tenant's heap is ordered by ``task_key(i) + (i,)``, so its head is the task that
     tenant would serve next. The first ``n`` entries of the arrays ``tenant``, ``backlog``,
     ``head_submit``, ``head_pos`` and ``head_pred`` describe the backlogged tenants in no
-    particular order; fast policies compute on them with numpy. Cost: O(log m) per push and
+    particular order; fast policies compute on them with numpy (``extra`` holds per-slot
+    arrays a policy adds, grown and moved with the others). Cost: O(log m) per push and
     pop for a tenant with m queued tasks; O(1) to (de)activate a tenant (swap with the last).
     """
 
@@ -38,6 +39,8 @@ class TenantQueues:
         self.head_submit = np.zeros(cap, dtype=np.float64)
         self.head_pos = np.zeros(cap, dtype=np.int64)
         self.head_pred = np.zeros(cap, dtype=np.float64)
+        # per-slot arrays a policy adds (name -> array): grown and moved with the slots
+        self.extra: dict[str, np.ndarray] = {}
 
     def __len__(self) -> int:
         return self.size
@@ -49,6 +52,10 @@ class TenantQueues:
             new = np.zeros(cap, dtype=old.dtype)
             new[: len(old)] = old
             setattr(self, name, new)
+        for name, old in self.extra.items():
+            new = np.zeros(cap, dtype=old.dtype)
+            new[: len(old)] = old
+            self.extra[name] = new
 
     def _set_head(self, slot: int, heap: list[tuple[Any, ...]]) -> None:
         i = heap[0][-1]
@@ -97,6 +104,8 @@ class TenantQueues:
             moved = int(self.tenant[last])
             self.slot_of[moved] = slot
             for arr in (self.tenant, self.backlog, self.head_submit, self.head_pos, self.head_pred):
+                arr[slot] = arr[last]
+            for arr in self.extra.values():
                 arr[slot] = arr[last]
         self.n = last
         return i
