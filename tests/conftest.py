@@ -32,6 +32,7 @@ E2E_MODULES = {
     "test_service_fuzz.py",
     "test_service_ha.py",
     "test_service_tenancy.py",
+    "test_tenant_controls_service.py",
 }
 # Tests of those modules that start no server: the CLI in this process, a fake transport,
 # the admin CLI refusing bad arguments.
@@ -53,6 +54,13 @@ SLOW: dict[str, tuple[str, ...]] = {
     "test_enrich.py": ("test_the_pinned_weights_refuse_a_tampered_copy",),
     "test_evaluate.py": ("test_cells_run_on_spawned_processes_equal_the_cells_run_in_this_one",),
     "test_ingest.py": ("*",),
+    # every rule through the warehouse and its Great Expectations audit, and `desched ingest`
+    # run as a process (Prefect's temporary server): a minute on a quiet machine
+    "test_inputs_ingest.py": ("*",),
+    "test_cli_output.py": (
+        "test_verbose_lets_prefect_and_great_expectations_info_through",
+        "test_ingest_prints_its_result_on_stdout_and_no_library_info_logs",
+    ),
     "test_memory_dispatch.py": ("test_no_poll_gets_a_task_that_does_not_fit_and_no_task_is_lost",),
     "test_policies_fair.py": (
         "test_fast_policy_equals_its_naive_twin_when_some_tasks_lack_a_prediction",
@@ -90,7 +98,10 @@ SLOW: dict[str, tuple[str, ...]] = {
     "test_simulator.py": (
         "test_runs_in_separate_processes_with_different_hash_seeds_decide_identically",
     ),
-    "test_toy_policy.py": ("test_the_report_tables_and_pareto_points_include_the_toy_policy",),
+    "test_toy_policy.py": (
+        "test_the_report_tables_and_pareto_points_include_the_toy_policy",
+        "test_both_learners_tune_the_toy_policy_and_its_card_loads",
+    ),
     "test_training.py": (
         "test_a_champion_that_cannot_score_the_new_slice_is_replaced_with_the_reason",
         "test_a_better_version_is_promoted_and_a_worse_one_is_kept_as_rejected_with_its_reason",
