@@ -165,10 +165,8 @@ def decision_record(
     return record
 
 
-def cancel_record(
-    task: LiveTask, was: str, worker: str | None, worker_id: str | None
-) -> dict[str, Any]:
-    """The record of ``task``'s cancellation by its tenant, in state ``was``."""
+def _ended_columns(task: LiveTask, worker: str | None, worker_id: str | None) -> dict[str, Any]:
+    """The columns every record of a task's end starts with: its worker, ids and times."""
     return {
         **worker_columns(worker or "", worker_id or ""),
         "task_id": task.task_id,
@@ -176,8 +174,14 @@ def cancel_record(
         "task_type": task.task_type,
         "submit_s": task.submit_s,
         "start_s": task.start_s,
-        "was": was,
     }
+
+
+def cancel_record(
+    task: LiveTask, was: str, worker: str | None, worker_id: str | None
+) -> dict[str, Any]:
+    """The record of ``task``'s cancellation by its tenant, in state ``was``."""
+    return {**_ended_columns(task, worker, worker_id), "was": was}
 
 
 def completion_record(
@@ -190,12 +194,7 @@ def completion_record(
 ) -> dict[str, Any]:
     """The record of ``task``'s outcome: ``ok``, or ``failed`` once dead-lettered."""
     return {
-        **worker_columns(worker or "", worker_id or ""),
-        "task_id": task.task_id,
-        "tenant": task.tenant,
-        "task_type": task.task_type,
-        "submit_s": task.submit_s,
-        "start_s": task.start_s,
+        **_ended_columns(task, worker, worker_id),
         "duration_s": duration_s,
         "status": status,
         "peak_mem_mb": peak_mem_mb,
