@@ -230,6 +230,29 @@ def _window_jain(
     return np.where(members > 0, value, math.nan)
 
 
+def whole_run(
+    run: RunArrays, workers: int, mean_slow: Floats, max_service_lag_s: float
+) -> dict[str, Any]:
+    """The whole-run figures of a summary, in its key order: ``mean_slow`` is the per-tenant
+    mean slowdown (for Jain's index) and ``max_service_lag_s`` the largest window lag."""
+    wait, resp, slow = run.wait_s, run.response_s, run.slowdown
+    makespan = float(run.end_s.max() - run.submit_s.min())
+    return {
+        "tasks": int(wait.size),
+        "mean_wait_s": float(wait.mean()),
+        "p99_wait_s": _p(wait, 99),
+        "mean_response_s": float(resp.mean()),
+        "p50_response_s": _p(resp, 50),
+        "p99_response_s": _p(resp, 99),
+        "mean_slowdown": float(slow.mean()),
+        "mean_bounded_slowdown": float(run.bounded_slowdown.mean()),
+        "jain_slowdown": jain(mean_slow),
+        "max_service_lag_s": max_service_lag_s,
+        "utilization": float(run.duration_s.sum() / (workers * makespan)) if makespan > 0 else 0.0,
+        "makespan_s": makespan,
+    }
+
+
 def summarize(run: RunArrays, workers: int, window_s: float | None = None) -> dict[str, Any]:
     """The metrics of DESIGN.md for a finished run.
 
@@ -241,7 +264,7 @@ def summarize(run: RunArrays, workers: int, window_s: float | None = None) -> di
     window) pairs with the tenant backlogged throughout the window, whatever the window
     length; ``desched.metrics_naive.summarize`` is the loop-by-loop reference.
     """
-    wait, resp, slow = run.wait_s, run.response_s, run.slowdown
+    wait, slow = run.wait_s, run.slowdown
     tenants, codes = run.tenant_codes()
     n_tenants = tenants.size
     counts = np.bincount(codes, minlength=n_tenants)
@@ -274,20 +297,8 @@ def summarize(run: RunArrays, workers: int, window_s: float | None = None) -> di
             lag.tolist(), backlogged.tolist(),
         )
     ]
-    makespan = float(run.end_s.max() - run.submit_s.min())
     return {
-        "tasks": int(wait.size),
-        "mean_wait_s": float(wait.mean()),
-        "p99_wait_s": _p(wait, 99),
-        "mean_response_s": float(resp.mean()),
-        "p50_response_s": _p(resp, 50),
-        "p99_response_s": _p(resp, 99),
-        "mean_slowdown": float(slow.mean()),
-        "mean_bounded_slowdown": float(run.bounded_slowdown.mean()),
-        "jain_slowdown": jain(mean_slow),
-        "max_service_lag_s": float(lag.max()) if lag.size else 0.0,
-        "utilization": float(run.duration_s.sum() / (workers * makespan)) if makespan > 0 else 0.0,
-        "makespan_s": makespan,
+        **whole_run(run, workers, mean_slow, float(lag.max()) if lag.size else 0.0),
         "window_s": float(edges[1] - edges[0]),
         "windows_count": int(n_windows),
         "per_tenant": per_tenant,

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from desched.metrics import Floats, RunArrays, jain, window_edges
+from desched.metrics import Floats, RunArrays, jain, whole_run, window_edges
 
 
 def _p(x: Floats, q: float) -> float:
@@ -61,7 +61,7 @@ def backlogged_throughout(
 
 def summarize(run: RunArrays, workers: int, window_s: float | None = None) -> dict[str, Any]:
     """The same figures as ``desched.metrics.summarize``, one tenant and one window at a time."""
-    wait, resp, slow = run.wait_s, run.response_s, run.slowdown
+    wait, slow = run.wait_s, run.slowdown
     tenant = run.tenant if run.tenant_names is None else run.tenant_names[run.tenant]
     tenants, codes = np.unique(tenant, return_inverse=True)
     per_tenant: dict[str, dict[str, float]] = {}
@@ -107,20 +107,9 @@ def summarize(run: RunArrays, workers: int, window_s: float | None = None) -> di
                 "backlogged_tenants": int(mask.sum()),
             }
         )
-    makespan = float(run.end_s.max() - run.submit_s.min())
+    max_lag = max((w["service_lag_s"] for w in windows), default=0.0)
     return {
-        "tasks": int(wait.size),
-        "mean_wait_s": float(wait.mean()),
-        "p99_wait_s": _p(wait, 99),
-        "mean_response_s": float(resp.mean()),
-        "p50_response_s": _p(resp, 50),
-        "p99_response_s": _p(resp, 99),
-        "mean_slowdown": float(slow.mean()),
-        "mean_bounded_slowdown": float(run.bounded_slowdown.mean()),
-        "jain_slowdown": jain(mean_slow),
-        "max_service_lag_s": max((w["service_lag_s"] for w in windows), default=0.0),
-        "utilization": float(run.duration_s.sum() / (workers * makespan)) if makespan > 0 else 0.0,
-        "makespan_s": makespan,
+        **whole_run(run, workers, mean_slow, max_lag),  # the per-window parts are this file's
         "window_s": float(edges[1] - edges[0]),
         "windows_count": int(lo.size),
         "per_tenant": per_tenant,
