@@ -109,12 +109,17 @@ class Writer(threading.Thread):
                     if self.on_idle is None:
                         self.cond.wait()
                     elif not self.cond.wait(self.idle_s):
-                        idle = True
+                        # A timed-out wait re-takes the lock after any ``add`` that slipped
+                        # in: the round is idle only if nothing is queued now.
+                        idle = not self.writes and not self.waiters and not self.stopping
                         break
-                if not idle and not self.writes and not self.waiters:
-                    return
-                writes, waiters, afters = self.writes, self.waiters, self.afters
-                self.writes, self.waiters, self.afters = [], [], []
+                if idle:
+                    writes, waiters, afters = [], [], []
+                else:
+                    if not self.writes and not self.waiters:
+                        return
+                    writes, waiters, afters = self.writes, self.waiters, self.afters
+                    self.writes, self.waiters, self.afters = [], [], []
             if idle:
                 assert self.on_idle is not None
                 try:
