@@ -86,6 +86,11 @@ SLOW: dict[str, tuple[str, ...]] = {
     ),
     # Its module fixture trains and compiles a forest (lleaves): most of a minute.
     "test_predictor.py": ("*",),
+    "test_pool.py": (
+        "test_evaluation_cells_on_two_processes_equal_the_cells_run_here",
+        "test_the_judge_on_two_processes_gives_the_serial_cases_verdicts_and_recommendation",
+        "test_a_pool_on_a_dask_cluster_gives_the_serial_results",
+    ),
     "test_reference_models.py": (
         "test_the_simpy_model_gives_the_same_starts_workers_and_decisions_as_the_simulator",
         "test_fifo_under_poisson_load_matches_the_erlang_c_mean_wait_and_wait_probability",

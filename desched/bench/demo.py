@@ -29,6 +29,7 @@ from pydantic_settings import SettingsConfigDict
 from desched.bench import roles
 from desched.bench.evaluate import EvalCell, EvalRow, aggregate, cells_of
 from desched.bench.learning import Objective
+from desched.bench.pool import SERIAL, Pool, default_jobs
 from desched.bench.report.build import build_report
 from desched.bench.report.inputs import (
     HeldoutRun,
@@ -165,7 +166,11 @@ class DemoSettings(DeschedSettings):
                                         description="over seeds: slices per log")
     eval_slice_tasks: int = Field(4000, ge=1, description="over seeds: tasks per log slice")
     eval_workers: int = Field(8, ge=1, description="over seeds: workers simulated")
-    jobs: int = Field(2, ge=1, description="processes and threads for simulations, training")
+    jobs: int = Field(default_factory=default_jobs, ge=1,
+                      description="processes for the independent simulations and trainings "
+                      "(default: one per core); every fit runs on one thread")
+    dask_address: str | None = Field(None, description="a Dask scheduler address: the "
+                                     "independent runs go to that cluster instead")
     judge_results: Path | None = Field(
         None, description="a judge.json (`desched judge --out DIR`) that the report's "
         "'Which policy to deploy' shows; without one the demo runs the judge on its own real "
@@ -272,21 +277,35 @@ def run_and_write(trace: pl.DataFrame, policy: str, params: dict[str, Any], work
                      params=pol.params.model_dump(), seed=0)
 
 
-def simulate_q1(workload: Workload, logs_dir: str, runs_dir: str, baseline: str) -> Q1Runs:
-    """The baseline with its decision log under ``logs_dir``, and the rest of Q1's family
-    (``roles.q1_family``) under ``runs_dir``, each with its workload-scaled parameters."""
+def run_and_write_file(trace_path: str, policy: str, params: dict[str, Any], workers: int,
+                       out: str) -> RunSummary:
+    """``run_and_write`` on the trace file ``trace_path``: one call of a ``Pool``."""
     from desched.trace import read_trace
 
-    trace = read_trace(workload.trace)
-    summaries: dict[str, RunSummary] = {}
-    dirs: dict[str, str] = {}
-    for policy in roles.q1_family(baseline):
-        folder = (Path(logs_dir) / workload.name if policy == baseline
-                  else Path(runs_dir) / workload.name / policy)
-        params = dict(workload.info.scaled_params.get(policy, {}))
-        summaries[policy] = run_and_write(trace, policy, params, workload.workers, folder)
-        dirs[policy] = str(folder)
-    return Q1Runs(workload=workload.name, dirs=dirs, summaries=summaries)
+    return run_and_write(read_trace(trace_path), policy, params, workers, Path(out))
+
+
+def simulate_q1(workload: Workload, logs_dir: str, runs_dir: str, baseline: str,
+                pool: Pool = SERIAL) -> Q1Runs:
+    """The baseline with its decision log under ``logs_dir``, and the rest of Q1's family
+    (``roles.q1_family``) under ``runs_dir``, each with its workload-scaled parameters."""
+    return simulate_q1_all([workload], logs_dir, runs_dir, baseline, pool)[workload.name]
+
+
+def simulate_q1_all(workloads: list[Workload], logs_dir: str, runs_dir: str, baseline: str,
+                    pool: Pool = SERIAL) -> dict[str, Q1Runs]:
+    """``simulate_q1`` of every workload, every run one call of ``pool``."""
+    family = roles.q1_family(baseline)
+    folders = {(w.name, p): (Path(logs_dir) / w.name if p == baseline
+                             else Path(runs_dir) / w.name / p)
+               for w in workloads for p in family}
+    calls = [(w.trace, p, dict(w.info.scaled_params.get(p, {})), w.workers,
+              str(folders[w.name, p])) for w in workloads for p in family]
+    summaries = iter(pool(run_and_write_file, calls))
+    return {w.name: Q1Runs(workload=w.name,
+                           dirs={p: str(folders[w.name, p]) for p in family},
+                           summaries={p: next(summaries) for p in family})
+            for w in workloads}
 
 
 def _latency(samples: list[float]) -> Latency:
@@ -324,7 +343,7 @@ def train_predictor(
     first = mine.filter(pl.col("submit_s") < cut_s)
     train_settings = training.TrainSettings(
         objectives=settings.train_objectives, quantiles=settings.train_quantiles,
-        max_rounds=settings.train_rounds, num_threads=settings.jobs)
+        max_rounds=settings.train_rounds, num_threads=1)
     result = training.train(first, train_settings, source=f"{db_path}:{workload.name}")
     registered = promotion.register(Path(registry_dir) / workload.name, result)
     card = registered.model_dump(mode="json")
@@ -406,22 +425,43 @@ def heldout_candidates(info: WorkloadInfo, cards: dict[str, tuple[WeightsCard, s
     return out
 
 
-def simulate_heldout(name: str, heldout_trace: str, workers: int,
-                     candidates: Candidates) -> HeldoutRuns:
-    """Every candidate on the held-out part of a trace (which carries the model's
-    ``predicted_s``), and each tenant's mean task duration there."""
+def heldout_summary(heldout_trace: str, policy: str, params: dict[str, Any],
+                    workers: int) -> RunSummary:
+    """One candidate on the held-out trace file: one call of a ``Pool``."""
     from desched.bench.evaluate import simulate_summary
     from desched.trace import read_trace
 
-    trace = read_trace(heldout_trace)
-    runs = {label: HeldoutRun(policy=policy, params=params,
-                              summary=simulate_summary(trace, policy, params, workers))
-            for label, (policy, params) in candidates.items()}
-    durations = trace.group_by("tenant").agg(
-        pl.col("duration_s").mean().alias("mean_duration_s"), pl.len().alias("tasks"))
-    return HeldoutRuns(workload=name, workers=workers, tasks=trace.height, runs=runs,
-                       tenant_durations={r["tenant"]: r["mean_duration_s"]
-                                         for r in durations.iter_rows(named=True)})
+    return simulate_summary(read_trace(heldout_trace), policy, params, workers)
+
+
+def simulate_heldout(name: str, heldout_trace: str, workers: int,
+                     candidates: Candidates, pool: Pool = SERIAL) -> HeldoutRuns:
+    """Every candidate on the held-out part of a trace (which carries the model's
+    ``predicted_s``), and each tenant's mean task duration there."""
+    return simulate_heldout_all({name: (heldout_trace, workers, candidates)}, pool)[name]
+
+
+def simulate_heldout_all(parts: dict[str, tuple[str, int, Candidates]],
+                         pool: Pool = SERIAL) -> dict[str, HeldoutRuns]:
+    """``simulate_heldout`` of every workload (name -> held-out trace, workers,
+    candidates), every run one call of ``pool``."""
+    from desched.trace import read_trace
+
+    calls = [(path, policy, params, workers)
+             for path, workers, candidates in parts.values()
+             for policy, params in candidates.values()]
+    summaries = iter(pool(heldout_summary, calls))
+    out = {}
+    for name, (path, workers, candidates) in parts.items():
+        runs = {label: HeldoutRun(policy=policy, params=params, summary=next(summaries))
+                for label, (policy, params) in candidates.items()}
+        trace = read_trace(path)
+        durations = trace.group_by("tenant").agg(
+            pl.col("duration_s").mean().alias("mean_duration_s"), pl.len().alias("tasks"))
+        out[name] = HeldoutRuns(workload=name, workers=workers, tasks=trace.height, runs=runs,
+                                tenant_durations={r["tenant"]: r["mean_duration_s"]
+                                                  for r in durations.iter_rows(named=True)})
+    return out
 
 
 def trace_specs(settings: DemoSettings) -> dict[str, list[str]]:
@@ -530,20 +570,23 @@ def commands_of(root: Path) -> dict[str, str]:
     return commands
 
 
-def deploy_of(settings: DemoSettings, root: Path) -> DeploySection:
+def deploy_of(settings: DemoSettings, root: Path, pool: Pool = SERIAL) -> DeploySection:
     """The report's "Which policy to deploy": ``settings.judge_results`` when given, else the
-    judge run on the demo's real logs and scenarios (cached under ``root/judge-cache``)."""
+    judge run on the demo's real logs and scenarios (cached under ``root/judge-cache``), its
+    trainings and simulations on ``pool``."""
     from desched.bench.report.deploy import deploy_section, judge_for_report
     from desched.models.training import TrainSettings
 
     train = TrainSettings(objectives=settings.train_objectives,
-                          quantiles=settings.train_quantiles, max_rounds=settings.train_rounds)
+                          quantiles=settings.train_quantiles, max_rounds=settings.train_rounds,
+                          num_threads=1)
     logs = [(s.name, settings.log_path(s), s.tasks) for s in settings.workloads
             if s.kind == "swf"]
     scenarios = [(s.source, s.tasks or 20_000) for s in settings.workloads
                  if s.kind == "scenario"]
     result, source = judge_for_report(logs, scenarios, results=settings.judge_results,
-                                      cache_dir=root / "judge-cache", settings=train)
+                                      cache_dir=root / "judge-cache", settings=train,
+                                      pool=pool)
     return deploy_section(result, source)
 
 
@@ -552,11 +595,11 @@ def assemble_report(
     workloads: dict[str, Workload], ingestion: Ingestion, q1: dict[str, Q1Runs],
     eval_rows: list[EvalRow], cards: dict[str, WeightsCard],
     trained: dict[str, PredictorResult], sims: dict[str, HeldoutRuns],
-    steps: dict[str, float], total_s: float, root: Path,
+    steps: dict[str, float], total_s: float, root: Path, pool: Pool = SERIAL,
 ) -> Report:
     """The report of one demo run (``desched.bench.report.build``)."""
     return build_report(
-        deploy=deploy_of(settings, root),
+        deploy=deploy_of(settings, root, pool),
         run=run, mode=settings.mode,
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         settings={**settings.describe(), "duration_scaled": roles.duration_scale_factors(),

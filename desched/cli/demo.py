@@ -17,7 +17,13 @@ import click
                    "plots), its working files to OUT/RUN/work/.")
 @click.option("--run", "run_name", default=None,
               help="Name of the run (default: UTC time and mode).")
-def demo(quick: bool, out: Path, run_name: str | None) -> None:
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="Processes for the independent simulations and trainings [default: one "
+                   "per core]; the same report with any number.")
+@click.option("--dask", "dask_address", default=None, metavar="ADDRESS",
+              help="Run them on the Dask cluster at this scheduler address instead.")
+def demo(quick: bool, out: Path, run_name: str | None, jobs: int | None,
+         dask_address: str | None) -> None:
     """Generate the workloads, simulate, ingest, train, tune, evaluate; write the report.
 
     Runs on Prefect's ephemeral local server, DuckDB and files under OUT; nothing else has to
@@ -27,7 +33,8 @@ def demo(quick: bool, out: Path, run_name: str | None) -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from desched.flows.demo import demo as run_demo
 
-    result = run_demo(quick=quick, out=str(out), run=run_name)
+    result = run_demo(quick=quick, out=str(out), run=run_name, jobs=jobs,
+                      dask_address=dask_address)
     folder = Path(result["report_dir"])
     click.echo(f"{folder / 'report.md'} ({result['total_s']:.0f} s); also report.json and "
                f"{len(list(folder.glob('*.png')))} plots")

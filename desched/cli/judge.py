@@ -52,11 +52,18 @@ def _tuner(target: str | None) -> Any:
               default="data/judge-cache", show_default=True,
               help="Folder caching each workload's test part and predictions.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the cache.")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="Processes for the trainings and simulations [default: one per core]; "
+                   "the same results with any number.")
+@click.option("--dask", "dask_address", default=None, metavar="ADDRESS",
+              help="Run the trainings and simulations on the Dask cluster at this scheduler "
+                   "address instead.")
 @click.option("--tune", "tune", default=None, metavar="MODULE:FUNCTION",
               help="Leave-one-log-out tuner: FUNCTION(policy_name, training_cases) -> params, "
                    "called per held-out log with the other logs [default: fixed defaults].")
 def judge(logs: tuple[str, ...], scenarios: str, policies: tuple[str, ...], out: Path,
-          max_tasks: int | None, cache: Path, no_cache: bool, tune: str | None) -> None:
+          max_tasks: int | None, cache: Path, no_cache: bool, jobs: int | None,
+          dask_address: str | None, tune: str | None) -> None:
     """Judge candidate policies for deployment against today's scorer (ifs-memoryless).
 
     Per real log: train the duration model on the first 70 % of the tasks by submit time,
@@ -85,9 +92,25 @@ def judge(logs: tuple[str, ...], scenarios: str, policies: tuple[str, ...], out:
 
         for spec in candidates:
             PolicySpec.parse(spec)
-    cases = jd.prepare_cases(log_paths, scenarios=scenario_names,
-                             cache_dir=None if no_cache else cache, max_tasks=max_tasks,
-                             progress=progress)
+    from desched.bench import pooled_judge
+    from desched.bench.pool import Pool
+
+    with Pool(jobs, dask_address) as pool:
+        from desched.bench.judge_cases import SCENARIO_TASKS
+        from desched.models.training import TrainSettings
+
+        paths = [Path(p) for p in log_paths] if log_paths is not None else jd.default_logs()
+        tasks = SCENARIO_TASKS if max_tasks is None else min(max_tasks, SCENARIO_TASKS)
+        progress(f"preparing {len(paths)} logs and {len(scenario_names)} scenarios "
+                 f"(cached ones are read) on {pool.describe()}")
+        # processes carry the parallelism: one LightGBM thread per fit (the same models)
+        cases = pooled_judge.prepare_cases(
+            [(p, max_tasks) for p in paths], [(s, tasks) for s in scenario_names],
+            cache_dir=None if no_cache else cache, settings=TrainSettings(num_threads=1),
+            pool=pool)
+        runs = pooled_judge.prefill_outcomes(cases, candidates, tuned=tuner is not None,
+                                             pool=pool)
+        progress(f"{runs} simulations done on {pool.describe()}")
     result = jd.run_judge(cases, candidates, tune=tuner, progress=progress)
     json_path, md_path = jd.write_judge(result, out)
     click.echo(f"{json_path}\n{md_path}")

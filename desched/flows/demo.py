@@ -17,6 +17,7 @@ from prefect import flow
 
 from desched.bench import demo as lib
 from desched.bench.demo import DemoSettings, Mode
+from desched.bench.pool import Pool
 from desched.bench.weights import WeightsCard
 from desched.tasks import demo as t
 
@@ -24,10 +25,23 @@ STEPS = ("workloads", "simulate", "ingest", "train", "tune", "evaluate", "report
 
 
 @flow(name="demo", log_prints=True)
-def demo(quick: bool = False, out: str = "data/demo", run: str | None = None) -> dict[str, Any]:
+def demo(quick: bool = False, out: str = "data/demo", run: str | None = None,
+         jobs: int | None = None, dask_address: str | None = None) -> dict[str, Any]:
     """Run the research bench and write ``<out>/<run>/`` (report.md, report.json,
     PNGs); working files go under ``<out>/<run>/work/``. Returns the report's folder, its
-    JSON and the time per step."""
+    JSON and the time per step. The independent simulations and trainings of a step run on
+    ``jobs`` processes (default: the settings', one per core) or on the Dask cluster at
+    ``dask_address`` (``desched.bench.pool``): the same report either way."""
+    mode: Mode = "quick" if quick else "full"
+    overrides = {k: v for k, v in (("jobs", jobs), ("dask_address", dask_address))
+                 if v is not None}
+    settings = DemoSettings.of(mode, **overrides)
+    with Pool(settings.jobs, settings.dask_address) as pool:
+        return _demo(settings, quick, out, run, pool)
+
+
+def _demo(settings: DemoSettings, quick: bool, out: str, run: str | None,
+          pool: Pool) -> dict[str, Any]:
     from desched.flows.ingest import ingest_logs
     from desched.tasks.retrain import publish_report as publish_model
     from desched.tasks.tune import (
@@ -38,8 +52,7 @@ def demo(quick: bool = False, out: str = "data/demo", run: str | None = None) ->
         split_traces,
     )
 
-    mode: Mode = "quick" if quick else "full"
-    settings = DemoSettings.of(mode)
+    mode = settings.mode
     run = run or f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{mode}"
     root = Path(out)
     report_dir = root / run
@@ -57,22 +70,23 @@ def demo(quick: bool = False, out: str = "data/demo", run: str | None = None) ->
                  for s in settings.workloads})
     q1 = progress.run(
         "simulate", "simulate today's scorer (decision logs) and the Q1 policies",
-        lambda: {w: t.simulate_q1(wl, str(dirs["logs"]), str(dirs["runs"]), settings.baseline)
-                 for w, wl in workloads.items()})
+        lambda: t.simulate_q1_all(list(workloads.values()), str(dirs["logs"]),
+                                  str(dirs["runs"]), settings.baseline, pool))
     ingest = progress.run(
         "ingest", "ingest and validate the decision logs into DuckDB",
         lambda: ingest_logs(logs_dir=str(dirs["logs"]), db_path=str(db_path)))
 
     def train_all() -> dict[str, Any]:
-        out = {}
+        calls = []
         for w in settings.q3_workloads:
             baseline = q1[w].dirs[settings.baseline]
-            out[w] = t.train_predictor(
-                workloads[w], str(db_path), str(Path(baseline) / "decision-log.parquet"),
-                baseline, str(dirs["models"]), str(dirs["heldout"] / f"{w}.parquet"), settings)
-            card = out[w].card
-            if card is not None:
-                publish_model(card)
+            calls.append((workloads[w], str(db_path),
+                          str(Path(baseline) / "decision-log.parquet"), baseline,
+                          str(dirs["models"]), str(dirs["heldout"] / f"{w}.parquet"), settings))
+        out = dict(zip(settings.q3_workloads, t.train_predictors(calls, pool), strict=True))
+        for result in out.values():
+            if result.card is not None:
+                publish_model(result.card)
         return out
 
     trained = progress.run("train", "train the duration model per workload, predict the rest",
@@ -83,9 +97,11 @@ def demo(quick: bool = False, out: str = "data/demo", run: str | None = None) ->
         split = None
         for learner in ("optuna", "rl"):
             ts = lib.tune_settings(settings, specs, learner)
-            split = split or split_traces(ts)  # the same cells for both learners
-            learned = learn_weights(ts, split[0])
-            verdict = judge_heldout(ts, learned, split[1])
+            split = split or split_traces(ts, pool)  # the same cells for both learners
+            learned = learn_weights(ts, split[0], pool)
+            # the RL agent's controller is a closure of this process: judged here
+            verdict = judge_heldout(ts, learned, split[1],
+                                    pool if learned.agent is None else None)
             folder = str(dirs["weights"] / learner)
             cards[learner] = save_weights(folder, ts, learned, split[0], split[1], verdict,
                                           f"desched demo{' --quick' if quick else ''}")
@@ -97,12 +113,12 @@ def demo(quick: bool = False, out: str = "data/demo", run: str | None = None) ->
     learned = {name: (card, str(dirs["weights"] / name)) for name, card in cards.items()}
 
     def evaluate_all() -> tuple[dict[str, Any], list[Any]]:
-        sims = {w: t.simulate_q3(w, trained[w].heldout_trace, trained[w].workers,
-                                 lib.heldout_candidates(workloads[w].info, learned,
-                                                        settings.baseline))
-                for w in settings.q3_workloads}
+        sims = t.simulate_q3_all(
+            {w: (trained[w].heldout_trace, trained[w].workers,
+                 lib.heldout_candidates(workloads[w].info, learned, settings.baseline))
+             for w in settings.q3_workloads}, pool)
         cells, labels = lib.over_seeds_cells(settings, specs, workloads, learned)
-        results = t.evaluate_over_seeds(cells, settings.eval_workers, settings.jobs)
+        results = t.evaluate_over_seeds(cells, settings.eval_workers, pool)
         return sims, lib.over_seeds_rows(results, labels, settings.baseline)
 
     sims, eval_rows = progress.run("evaluate", "evaluate every policy (held-out parts, seeds)",
@@ -113,7 +129,7 @@ def demo(quick: bool = False, out: str = "data/demo", run: str | None = None) ->
             run=run, settings=settings, specs=specs, workloads=workloads,
             ingestion=lib.ingestion_of(ingest), q1=q1, eval_rows=eval_rows, cards=cards,
             trained=trained, sims=sims, steps=progress.steps, total_s=progress.elapsed(),
-            root=root)
+            root=root, pool=pool)
         t.write_report(report, {w: r.dirs for w, r in q1.items()}, str(report_dir), sims)
         t.publish_report(str(report_dir), report)
         return report

@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 from uuid import UUID
 
 from prefect import task
@@ -26,7 +26,8 @@ from prefect.cache_policies import NONE
 
 from desched.bench import demo
 from desched.bench.demo import Candidates, DemoSettings, Workload, WorkloadSpec
-from desched.bench.evaluate import EvalCell, run_cells
+from desched.bench.evaluate import EvalCell, run_cell
+from desched.bench.pool import Pool
 from desched.bench.report.inputs import HeldoutRuns, PredictorResult, Q1Runs
 from desched.bench.report.records import Report
 from desched.bench.report.write import markdown_with_inline_images, q1_gap_rows
@@ -41,37 +42,34 @@ def prepare_workload(spec: WorkloadSpec, settings: DemoSettings, traces_dir: str
     return demo.prepare_workload(spec, settings, traces_dir)
 
 
-@task(name="simulate-q1", task_run_name="simulate-{workload.name}", cache_policy=NONE,
-      tags=["simulation"])
-def simulate_q1(workload: Workload, logs_dir: str, runs_dir: str, baseline: str) -> Q1Runs:
-    """The baseline (its decision log) and the rest of Q1's family on one workload."""
-    return demo.simulate_q1(workload, logs_dir, runs_dir, baseline)
+@task(name="simulate-q1-all", cache_policy=NONE, tags=["simulation"])
+def simulate_q1_all(workloads: list[Workload], logs_dir: str, runs_dir: str, baseline: str,
+                    pool: Pool) -> dict[str, Q1Runs]:
+    """``simulate_q1`` of every workload, every run one call of ``pool``."""
+    return demo.simulate_q1_all(workloads, logs_dir, runs_dir, baseline, pool)
 
 
-@task(name="train-predictor", task_run_name="train-{workload.name}", cache_policy=NONE)
-def train_predictor(
-    workload: Workload, db_path: str, log_file: str, baseline_run: str, registry_dir: str,
-    heldout_path: str, settings: DemoSettings,
-) -> PredictorResult:
-    """Q3's model for one workload and its predictions for the held-out part."""
-    return demo.train_predictor(workload, db_path, log_file, baseline_run, registry_dir,
-                                heldout_path, settings)
+@task(name="train-predictors", cache_policy=NONE)
+def train_predictors(calls: list[tuple[Any, ...]], pool: Pool) -> list[PredictorResult]:
+    """``train_predictor`` of every workload (its arguments in ``calls``), each one call of
+    ``pool``: trainings of different workloads share nothing but the warehouse, read-only."""
+    return list(pool(demo.train_predictor, calls))
 
 
-@task(name="simulate-q3", task_run_name="policies-on-{name}", cache_policy=NONE,
-      tags=["simulation"])
-def simulate_q3(name: str, heldout_trace: str, workers: int,
-                candidates: Candidates) -> HeldoutRuns:
-    """Every candidate on the held-out part of a trace."""
-    return demo.simulate_heldout(name, heldout_trace, workers, candidates)
+@task(name="simulate-q3-all", cache_policy=NONE, tags=["simulation"])
+def simulate_q3_all(parts: dict[str, tuple[str, int, Candidates]],
+                    pool: Pool) -> dict[str, HeldoutRuns]:
+    """Every candidate on the held-out part of every workload, each run one call of
+    ``pool``."""
+    return demo.simulate_heldout_all(parts, pool)
 
 
 @task(name="evaluate-over-seeds", cache_policy=NONE, tags=["simulation"])
 def evaluate_over_seeds(cells: list[tuple[str, str, int]], workers: int,
-                        jobs: int) -> list[EvalCell]:
-    """``desched.bench.evaluate.run_cells`` over every cell on ``jobs`` spawned processes
-    (they import desched only, not this flow's Prefect state)."""
-    return run_cells(cells, workers, jobs=jobs)
+                        pool: Pool) -> list[EvalCell]:
+    """``desched.bench.evaluate.run_cell`` of every cell, each one call of ``pool`` (spawned
+    processes import desched only, not this flow's Prefect state)."""
+    return list(pool(run_cell, [(t, p, s, workers) for t, p, s in cells]))
 
 
 @task(name="write-report", cache_policy=NONE)

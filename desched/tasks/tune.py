@@ -16,7 +16,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
 
 from desched.bench import tuning
-from desched.bench.learning import Cell, LearnerResult
+from desched.bench.learning import Cell, LearnerResult, Mapper, serial_map
 from desched.bench.tuning import Judgement, TuneSettings
 from desched.bench.weights import WeightsCard
 
@@ -35,22 +35,28 @@ def runner_map(fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]) -> list[
 
 
 @task(cache_policy=NONE, tags=["simulation"])
-def split_traces(settings: TuneSettings) -> tuple[list[Cell], list[Cell]]:
-    """Training and held-out cells, refused unless disjoint."""
-    return tuning.split(settings)
+def split_traces(settings: TuneSettings,
+                 mapper: Mapper | None = None) -> tuple[list[Cell], list[Cell]]:
+    """Training and held-out cells, refused unless disjoint; the reference runs through
+    ``mapper`` (default: here)."""
+    return tuning.split(settings, mapper or serial_map)
 
 
 @task(cache_policy=NONE, tags=["simulation"])
-def learn_weights(settings: TuneSettings, train: list[Cell]) -> LearnerResult:
-    return tuning.learn(settings, train)
+def learn_weights(settings: TuneSettings, train: list[Cell],
+                  mapper: Mapper | None = None) -> LearnerResult:
+    """The learner on the training cells; Optuna's runs through ``mapper`` (default: here)."""
+    return tuning.learn(settings, train, mapper or serial_map)
 
 
 @task(cache_policy=NONE, tags=["simulation"])
 def judge_heldout(settings: TuneSettings, learned: LearnerResult,
-                  heldout: list[Cell]) -> Judgement:
-    """The learned weights (and agent) against the reference on traces never trained on."""
+                  heldout: list[Cell], mapper: Mapper | None = None) -> Judgement:
+    """The learned weights (and agent) against the reference on traces never trained on;
+    the runs through ``mapper`` (default: here)."""
     return tuning.judge(heldout, tuning.candidates_of(learned, settings.reference),
-                        settings.workers, settings.objective, settings.windows)
+                        settings.workers, settings.objective, settings.windows,
+                        mapper or serial_map)
 
 
 @task(retries=2, retry_delay_seconds=2, cache_policy=NONE)

@@ -186,19 +186,29 @@ def plot_tenant_harm(d: DeploySection, out: Path) -> Path:
 def judge_for_report(workloads: Sequence[tuple[str, Path, int | None]],
                      scenarios: Sequence[tuple[str, int]], *, results: Path | None,
                      cache_dir: Path, settings: Any = None,
-                     progress: Any = None) -> tuple[JudgeResult, str]:
+                     progress: Any = None, pool: Any = None) -> tuple[JudgeResult, str]:
     """The judge's results for the report: ``results`` (a ``judge.json`` or its folder) when
     it exists, else a judge run on ``workloads`` (name, SWF path, max tasks or None) and
-    ``scenarios`` (name, tasks), cached under ``cache_dir``. Returns them and their source."""
+    ``scenarios`` (name, tasks), cached under ``cache_dir``. Returns them and their source.
+    With ``pool`` (``desched.bench.pool.Pool``) the cases' preparation and the judge's
+    simulations run on it (``desched.bench.pooled_judge``): the same results."""
     from desched.bench import judge as jd
 
     if results is not None and Path(results).exists():
         return jd.read_judge(results), f"results of {results}"
-    cases = [jd.prepare_log(path, cache_dir=cache_dir, max_tasks=max_tasks,
-                            settings=settings, progress=progress)
-             for _, path, max_tasks in workloads]
-    cases += [jd.prepare_scenario(name, cache_dir=cache_dir, tasks=tasks, settings=settings,
-                                  progress=progress) for name, tasks in scenarios]
+    if pool is not None:
+        from desched.bench import pooled_judge
+
+        cases = pooled_judge.prepare_cases([(path, n) for _, path, n in workloads], scenarios,
+                                           cache_dir=cache_dir, settings=settings, pool=pool)
+        pooled_judge.prefill_outcomes(cases, pool=pool)
+    else:
+        cases = [jd.prepare_log(path, cache_dir=cache_dir, max_tasks=max_tasks,
+                                settings=settings, progress=progress)
+                 for _, path, max_tasks in workloads]
+        cases += [jd.prepare_scenario(name, cache_dir=cache_dir, tasks=tasks,
+                                      settings=settings, progress=progress)
+                  for name, tasks in scenarios]
     names = ", ".join(path.name + (f" (first {n:,} tasks)" if n else "")
                       for _, path, n in workloads)
     return jd.run_judge(cases), f"run by the demo on {names}"

@@ -1,0 +1,98 @@
+"""Independent runs of the bench (simulations, trainings) on the cores there are.
+
+A ``Pool`` is a ``desched.bench.learning.Mapper``: ``pool(fn, args)`` is
+``[fn(*a) for a in args]``, in the order of ``args``, wherever the calls run:
+
+- ``jobs <= 1``, or a single call: here, one after the other;
+- ``jobs > 1``: on ``jobs`` spawned processes (``ProcessPoolExecutor``), started on first use
+  and kept until ``close``, so that a run of many steps pays the start-up (an import of
+  desched, numpy and polars per process: about a second each) once;
+- ``address`` given: on the Dask cluster at that scheduler address (``distributed.Client``),
+  whatever ``jobs`` says.
+
+Every call is a function of its arguments alone (the simulator and the fits are
+deterministic and take no state from the caller), so the results are the serial run's, bit
+for bit (``tests/test_pool.py``). ``fn`` must be importable by name (a module-level
+function) and its arguments picklable. The processes are spawned, not forked: they inherit
+no thread, lock or Prefect state of the caller. Nothing here imports Prefect.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from typing import Any, Self
+
+
+def default_jobs() -> int:
+    """One process per core (``os.cpu_count()``; 1 when unknown)."""
+    return os.cpu_count() or 1
+
+
+class Pool:
+    """A mapper over ``jobs`` processes or a Dask cluster (module docstring); a context
+    manager that closes what it started."""
+
+    def __init__(self, jobs: int | None = None, address: str | None = None) -> None:
+        self.jobs = default_jobs() if jobs is None else max(1, int(jobs))
+        self.address = address or None
+        self._executor: Executor | None = None
+        self._client: Any = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def parallel(self) -> bool:
+        """Whether calls leave this process."""
+        return self.address is not None or self.jobs > 1
+
+    def describe(self) -> str:
+        """``dask at tcp://...``, ``2 processes`` or ``serial``."""
+        if self.address is not None:
+            return f"dask at {self.address}"
+        return f"{self.jobs} processes" if self.jobs > 1 else "serial"
+
+    def __call__(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]) -> list[Any]:
+        calls = list(args)
+        if self.address is not None:
+            return self._dask(fn, calls)
+        if self.jobs <= 1 or len(calls) <= 1:
+            return [fn(*a) for a in calls]
+        executor = self._processes()
+        futures = [executor.submit(fn, *a) for a in calls]
+        return [f.result() for f in futures]
+
+    def _processes(self) -> Executor:
+        if self._executor is None:
+            from concurrent.futures import ProcessPoolExecutor
+            from multiprocessing import get_context
+
+            self._executor = ProcessPoolExecutor(max_workers=self.jobs,
+                                                 mp_context=get_context("spawn"))
+        return self._executor
+
+    def _dask(self, fn: Callable[..., Any], calls: list[tuple[Any, ...]]) -> list[Any]:
+        if self._client is None:
+            from distributed import Client
+
+            self._client = Client(self.address, set_as_default=False)  # type: ignore[no-untyped-call]
+        futures = [self._client.submit(fn, *a, pure=False) for a in calls]
+        return list(self._client.gather(futures))
+
+    def close(self) -> None:
+        """Stop the processes (or leave the cluster) this pool started; it can be used again."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+SERIAL = Pool(jobs=1)
+"""The pool that runs everything here."""

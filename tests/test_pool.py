@@ -1,0 +1,124 @@
+"""The bench's independent runs on processes (``desched.bench.pool``) give the serial run's
+results bit for bit: evaluation cells, the demo's simulations, the judge's cases and verdicts.
+Results are compared as JSON text (floats written in full, NaN included) or as files."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from desched.bench import demo
+from desched.bench import judge as jd
+from desched.bench import pooled_judge
+from desched.bench.evaluate import cells_of, run_cell
+from desched.bench.pool import SERIAL, Pool
+from tests.test_judge import write_swf
+
+
+@pytest.fixture(scope="module")
+def two() -> Iterator[Pool]:
+    """Two spawned processes, started once for the module."""
+    with Pool(jobs=2) as pool:
+        yield pool
+
+
+def text(records: list[Any]) -> str:
+    """The records as JSON, without ``decisions_per_s`` (the wall-clock speed of a run, not
+    one of its results)."""
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k != "decisions_per_s"}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return json.dumps(strip([r.model_dump(mode="json") for r in records]), sort_keys=True)
+
+
+def test_a_pool_runs_calls_in_order_and_only_leaves_this_process_when_told() -> None:
+    assert SERIAL(divmod, [(7, 2), (9, 4)]) == [(3, 1), (2, 1)]
+    assert not SERIAL.parallel and SERIAL.describe() == "serial"
+    assert Pool(jobs=3).describe() == "3 processes"
+    assert Pool(jobs=1, address="tcp://x:8786").describe() == "dask at tcp://x:8786"
+    assert Pool().jobs >= 1  # one per core by default
+
+
+def test_evaluation_cells_on_two_processes_equal_the_cells_run_here(two: Pool) -> None:
+    cells = cells_of(["flood?tasks=300&tenants=5"], ["ifs-memoryless", "vtc", "sjf-oracle"],
+                     [0, 1])
+    args = [(t, p, s, 3) for t, p, s in cells]
+    here = SERIAL(run_cell, args)
+    there = two(run_cell, args)
+    assert len(here) == 6
+    assert text(there) == text(here)
+
+
+def test_the_demo_simulations_on_two_processes_equal_those_run_here(
+    two: Pool, tmp_path: Path
+) -> None:
+    settings = demo.DemoSettings.of("quick")
+    workloads = [demo.prepare_workload(
+        demo.WorkloadSpec(name=name, kind="scenario", source=name, tasks=300, workers=3),
+        settings, str(tmp_path)) for name in ("steady", "flood")]
+    runs = {}
+    for label, pool in (("here", SERIAL), ("there", two)):
+        runs[label] = demo.simulate_q1_all(workloads, str(tmp_path / label / "logs"),
+                                           str(tmp_path / label / "runs"), settings.baseline,
+                                           pool)
+    for name in ("steady", "flood"):
+        here, there = runs["here"][name], runs["there"][name]
+        assert text(list(there.summaries.values())) == text(list(here.summaries.values()))
+        for policy, folder in here.dirs.items():
+            for table in ("tasks.parquet", "decisions.parquet"):
+                mine = pl.read_parquet(Path(there.dirs[policy]) / table)
+                assert mine.equals(pl.read_parquet(Path(folder) / table)), (name, table)
+
+    parts = {w.name: (w.trace, w.workers,
+                      {"fifo": ("fifo", {}), "vtc": ("vtc", {}),
+                       "ifs-memoryless": ("ifs-memoryless", {"w_wait": 0.7})})
+             for w in workloads}
+    here_sims = demo.simulate_heldout_all(parts, SERIAL)
+    there_sims = demo.simulate_heldout_all(parts, two)
+    assert text(list(there_sims.values())) == text(list(here_sims.values()))
+
+
+def test_the_judge_on_two_processes_gives_the_serial_cases_verdicts_and_recommendation(
+    two: Pool, tmp_path: Path
+) -> None:
+    from desched.models.training import TrainSettings
+
+    settings = TrainSettings(max_rounds=40, num_threads=1)
+    logs = [write_swf(tmp_path / f"syn{k}.swf", 500, k) for k in (1, 2)]
+    here = [jd.prepare_log(p, cache_dir=None, settings=settings) for p in logs]
+    here.append(jd.prepare_scenario("steady", cache_dir=None, tasks=400, settings=settings))
+    there = pooled_judge.prepare_cases([(p, None) for p in logs], [("steady", 400)],
+                                       cache_dir=None, settings=settings, pool=two)
+    for a, b in zip(here, there, strict=True):
+        assert b.frame.equals(a.frame) and b.info() == a.info()
+
+    policies = ["sjf-predicted", "hrrn-predicted"]
+    ran = pooled_judge.prefill_outcomes(there, policies, pool=two)
+    assert ran == 2 * 4 + 3  # today, the bound and two candidates per log; no bound on steady
+    assert pooled_judge.prefill_outcomes(there, policies, pool=two) == 0  # all cached
+    serial = jd.run_judge(here, policies)
+    pooled = jd.run_judge(there, policies)
+    assert pooled.model_dump_json() == serial.model_dump_json()
+    assert serial.recommendation is not None
+
+
+def test_a_pool_on_a_dask_cluster_gives_the_serial_results() -> None:
+    pytest.importorskip("distributed")
+    from distributed import LocalCluster
+
+    cells = cells_of(["steady?tasks=200&tenants=4"], ["fifo", "ifs-counter"], [3])
+    args = [(t, p, s, 2) for t, p, s in cells]
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                      dashboard_address=None) as cluster, \
+            Pool(address=cluster.scheduler_address) as pool:
+        assert pool.parallel
+        assert text(pool(run_cell, args)) == text(SERIAL(run_cell, args))
