@@ -12,9 +12,8 @@ from typing import Any
 import polars as pl
 import pytest
 
-from desched.bench import demo
+from desched.bench import demo, pooled_judge
 from desched.bench import judge as jd
-from desched.bench import pooled_judge
 from desched.bench.evaluate import cells_of, run_cell
 from desched.bench.pool import SERIAL, Pool
 from tests.test_judge import write_swf

@@ -596,10 +596,12 @@ def assemble_report(
     eval_rows: list[EvalRow], cards: dict[str, WeightsCard],
     trained: dict[str, PredictorResult], sims: dict[str, HeldoutRuns],
     steps: dict[str, float], total_s: float, root: Path, pool: Pool = SERIAL,
+    deploy: DeploySection | None = None,
 ) -> Report:
-    """The report of one demo run (``desched.bench.report.build``)."""
+    """The report of one demo run (``desched.bench.report.build``); ``deploy`` is its "Which
+    policy to deploy" when already made (``deploy_of``), else it is made here on ``pool``."""
     return build_report(
-        deploy=deploy_of(settings, root, pool),
+        deploy=deploy if deploy is not None else deploy_of(settings, root, pool),
         run=run, mode=settings.mode,
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         settings={**settings.describe(), "duration_scaled": roles.duration_scale_factors(),

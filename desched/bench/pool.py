@@ -67,6 +67,16 @@ class Pool:
         futures = [executor.submit(fn, *a) for a in calls]
         return [f.result() for f in futures]
 
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Job:
+        """Start ``fn(*args)`` now, in the background (``Job.result`` waits for it); on a
+        serial pool it runs when its result is asked for. Calls mapped meanwhile queue
+        behind it on the same processes."""
+        if self.address is not None:
+            return Job(self._dask_client().submit(fn, *args, pure=False))
+        if self.jobs <= 1:
+            return Job(None, lambda: fn(*args))
+        return Job(self._processes().submit(fn, *args))
+
     def _processes(self) -> Executor:
         if self._executor is None:
             from concurrent.futures import ProcessPoolExecutor
@@ -76,13 +86,17 @@ class Pool:
                                                  mp_context=get_context("spawn"))
         return self._executor
 
-    def _dask(self, fn: Callable[..., Any], calls: list[tuple[Any, ...]]) -> list[Any]:
+    def _dask_client(self) -> Any:
         if self._client is None:
             from distributed import Client
 
             self._client = Client(self.address, set_as_default=False)  # type: ignore[no-untyped-call]
-        futures = [self._client.submit(fn, *a, pure=False) for a in calls]
-        return list(self._client.gather(futures))
+        return self._client
+
+    def _dask(self, fn: Callable[..., Any], calls: list[tuple[Any, ...]]) -> list[Any]:
+        client = self._dask_client()
+        futures = [client.submit(fn, *a, pure=False) for a in calls]
+        return list(client.gather(futures))
 
     def close(self) -> None:
         """Stop the processes (or leave the cluster) this pool started; it can be used again."""
@@ -92,6 +106,25 @@ class Pool:
         if self._client is not None:
             self._client.close()
             self._client = None
+
+
+class Job:
+    """One call started by ``Pool.submit``: a future (of a process pool or Dask), or a call
+    deferred until its result is asked for."""
+
+    def __init__(self, future: Any, call: Callable[[], Any] | None = None) -> None:
+        self._future = future
+        self._call = call
+        self._value: Any = None
+
+    def result(self) -> Any:
+        """The call's return value (its exception, raised here)."""
+        if self._call is not None:
+            self._value, self._call = self._call(), None
+            return self._value
+        if self._future is None:
+            return self._value
+        return self._future.result()
 
 
 SERIAL = Pool(jobs=1)
