@@ -168,8 +168,8 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
             yield
         finally:
             keeper.stopped.set()
-            keeper.join(timeout=5)
-            sched.stop()
+            keeper.join(timeout=2)  # a daemon: one stuck on the database is left behind
+            sched.stop(settings.shutdown_grace_s)
 
     app = ServiceApp(
         title="desched",

@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, InvalidStateError
 
+from desched.service.disagreements import find_stale
 from desched.service.errors import StaleWrite, Standby, Unavailable
 from desched.service.store import Store, Write
 
@@ -226,17 +227,23 @@ class Writer(threading.Thread):
             logger.exception("after-commit callback failed")
 
     def commit(self, writes: list[Write]) -> None:
-        """One transaction: every write changes its one row, or none is kept."""
+        """One transaction: every write changes its one row, or none is kept. A write that
+        changes none fails the batch with ``StaleWrite``, carrying the evidence
+        (``disagreements.find_stale``) once the batch is rolled back."""
         if not writes:
             return
         if not self.store.holds_writer_lock:
             raise Standby("this service does not hold the writer lock")
-        with self.store.transaction():
-            for sql, group in itertools.groupby(writes, key=lambda w: w.sql):
-                rows = [w.params for w in group]
-                changed = self.store.executemany(sql, rows)
-                if changed != len(rows):
-                    raise StaleWrite(
-                        f"{len(rows) - changed} of {len(rows)} conditional writes matched no "
-                        "row (memory and database disagree; state reloaded)"
-                    )
+        try:
+            with self.store.transaction():
+                for sql, group in itertools.groupby(writes, key=lambda w: w.sql):
+                    rows = [w.params for w in group]
+                    changed = self.store.executemany(sql, rows)
+                    if changed != len(rows):
+                        raise StaleWrite(
+                            f"{len(rows) - changed} of {len(rows)} conditional writes matched "
+                            "no row (memory and database disagree; state reloaded)"
+                        )
+        except StaleWrite as exc:
+            exc.evidence = find_stale(self.store, writes)
+            raise
