@@ -31,6 +31,7 @@ E2E_MODULES = {
     "test_service.py",
     "test_service_fuzz.py",
     "test_service_ha.py",
+    "test_service_shutdown.py",
     "test_service_tenancy.py",
     "test_tenant_controls_service.py",
 }

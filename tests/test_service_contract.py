@@ -30,7 +30,10 @@ from desched.service.scheduler import Scheduler
 from desched.service.settings import ServiceSettings
 from desched.service.store import Dialect, Store, Write, db_errors
 from desched.service.writer import Writer, wait
-from tests.test_service import Backend, backend  # noqa: F401 - the fixture, both kinds
+from tests import test_service
+from tests.test_service import Backend
+
+backend = test_service.backend  # the fixture: SQLite, and PostgreSQL when one answers
 
 
 class FakeTime:
@@ -83,9 +86,8 @@ def test_a_commit_that_fails_rolls_back_and_leaves_the_connection_usable(db: str
     try:
         store.migrate()
         deferred_constraint(store)
-        with pytest.raises(db_errors()):
-            with store.transaction():
-                store.execute("INSERT INTO child (id, pid) VALUES (1, 99)")  # fails at COMMIT
+        with pytest.raises(db_errors()), store.transaction():
+            store.execute("INSERT INTO child (id, pid) VALUES (1, 99)")  # fails at COMMIT
         with store.transaction():  # would raise "within a transaction" if left open
             store.execute("INSERT INTO parent (id) VALUES (99)")
         other = Store(db)
@@ -159,7 +161,7 @@ def test_the_read_connection_is_used_only_under_the_read_lock_from_start_to_stop
 
 
 def test_a_standby_that_takes_over_writes_nothing_through_its_read_connection(
-    backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+    backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if backend.kind != "postgres":
         pytest.skip("only PostgreSQL has a standby")
@@ -194,7 +196,7 @@ def test_a_row_changed_behind_the_services_back_is_logged_counted_and_recovered_
     sched.start()
     try:
         assert metric(sched.metrics(), "desched_state_disagreements_total") == 0
-        ids, _, pending = sched.submit("acme", [NewTask("extract"), NewTask("extract")])
+        _, _, pending = sched.submit("acme", [NewTask("extract"), NewTask("extract")])
         wait(pending)
         grant, pending = sched.poll("w", "slot")
         assert grant is not None
