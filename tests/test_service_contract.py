@@ -186,6 +186,46 @@ def test_a_standby_that_takes_over_writes_nothing_through_its_read_connection(
     assert unguarded == []
 
 
+def test_a_standby_whose_takeover_rebuild_fails_retries_it_and_serves(
+    backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The standby got the writer lock but its rebuild hit a database error: it must not
+    hold the lock without serving; the next idle round rebuilds again."""
+    if backend.kind != "postgres":
+        pytest.skip("only PostgreSQL has a standby")
+    import psycopg
+
+    db = backend.fresh()
+    first = make_scheduler(db, tmp_path / "a")
+    first.start()
+    second = make_scheduler(db, tmp_path / "b", standby_poll_s=0.05)
+    rebuild = second._rebuild
+    broken = [1]
+
+    def flaky_rebuild(spec: Any) -> None:
+        if broken:
+            broken.pop()
+            raise psycopg.OperationalError("the server went away mid-rebuild")
+        rebuild(spec)
+
+    monkeypatch.setattr(second, "_rebuild", flaky_rebuild)
+    try:
+        second.start()
+        ids, _, pending = first.submit("acme", [NewTask("extract")])
+        wait(pending)
+        first.stop(timeout_s=10)
+        deadline = time.monotonic() + 30
+        while not second.active and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert broken == [] and second.active
+        assert second.health()["queued"] == 1
+        grant, pending = second.poll("w", "slot")
+        assert grant is not None and grant.task.task_id == ids[0]
+        wait(pending)
+    finally:
+        second.stop(timeout_s=10)
+
+
 # Memory and database disagreeing -----------------------------------------------------------
 
 
@@ -207,6 +247,9 @@ def test_a_row_changed_behind_the_services_back_is_logged_counted_and_recovered_
         intruder.close()
         with caplog.at_level(logging.ERROR, logger="desched.service"):
             failed = sched.complete("w", leased, grant.lease_id, 1.0)
+            assert sched.health()["leased"] == 0  # memory ran ahead by the queued write
+            woke_to: list[int] = []  # what memory held when the caller heard of the failure
+            failed.add_done_callback(lambda _: woke_to.append(sched.health()["leased"]))
             with pytest.raises(StaleWrite) as caught:
                 failed.result(10)
         assert caught.value.status == 503 and caught.value.retry_after_s == 1
@@ -219,6 +262,7 @@ def test_a_row_changed_behind_the_services_back_is_logged_counted_and_recovered_
         assert f"lease_id={grant.lease_id!r}" in line  # what the write expected
         assert "memory held the task as" in line
         assert metric(sched.metrics(), "desched_state_disagreements_total") == 1
+        assert woke_to == [1]  # rebuilt from the database before the caller woke
         # Memory was rebuilt from the database: it now agrees with the forged row.
         assert sched.health()["leased"] == 1 and sched.health()["queued"] == 1
         with pytest.raises(Conflict):

@@ -274,8 +274,9 @@ class Scheduler:
         try:
             if store.holds_writer_lock:
                 store.ping()
-                return
-            if not store.try_writer_lock():
+                if self.active:
+                    return  # else a takeover whose rebuild failed: try it again
+            elif not store.try_writer_lock():
                 return
         except LostLeadership as exc:
             with self.lock:
