@@ -9,6 +9,7 @@ import random
 import sqlite3
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +22,10 @@ from desched.service.errors import StaleWrite, Unavailable
 from desched.service.records import LiveTask, NewTask
 from desched.service.store import Store, Write, insert_write
 from desched.service.writer import Pending, Writer
+from tests import test_service
+from tests.test_service import Backend
+
+backend = test_service.backend  # the fixture: SQLite, and PostgreSQL when one answers
 
 
 def task(seq: int) -> LiveTask:
@@ -118,17 +123,32 @@ def test_the_logs_lines_reach_the_file_before_the_waiter_wakes(tmp_path: Path) -
 # Every write committed or failed (issue 18) ------------------------------------------------
 
 
-def sqlite_store(tmp_path: Path) -> tuple[Store, Path]:
-    db = tmp_path / "w.db"
-    store = Store(str(db))
+def open_store(db: str) -> Store:
+    """A migrated store holding the writer lock: the writer's connection."""
+    store = Store(db)
     store.migrate()
-    store.try_writer_lock()
-    return store, db
+    assert store.try_writer_lock()
+    return store
 
 
-def seqs_in(db: Path) -> set[int]:
-    with sqlite3.connect(db) as conn:
-        return {int(r[0]) for r in conn.execute("SELECT seq FROM tasks")}
+def sqlite_store(tmp_path: Path) -> tuple[Store, str]:
+    db = str(tmp_path / "w.db")
+    return open_store(db), db
+
+
+def seqs_in(db: str) -> set[int]:
+    """The seqs of the tasks committed in ``db`` (read on a connection of its own)."""
+    store = Store(db)
+    try:
+        return {int(r[0]) for r in store.execute("SELECT seq FROM tasks").fetchall()}
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def db(backend: Backend) -> str:
+    """A fresh database: a SQLite file, and a PostgreSQL schema when a server answers."""
+    return backend.fresh()
 
 
 class SlippingCondition(threading.Condition):
@@ -157,13 +177,11 @@ class SlippingCondition(threading.Condition):
         return False
 
 
-def test_a_write_added_between_an_idle_timeout_and_the_relock_is_committed(
-    tmp_path: Path,
-) -> None:
+def test_a_write_added_between_an_idle_timeout_and_the_relock_is_committed(db: str) -> None:
     """The lost wakeup of issue 18: the writer's idle wait times out, an ``add`` slips in
     before the writer re-takes the lock, and the writer must commit that write, not run an
     idle round and drop it (with its waiter) silently."""
-    store, db = sqlite_store(tmp_path)
+    store = open_store(db)
     idle_rounds: list[float] = []
     failures: list[BaseException] = []
     writer = Writer(store, failures.append, on_idle=lambda: idle_rounds.append(0.0), idle_s=0.01)
@@ -185,13 +203,13 @@ def test_a_write_added_between_an_idle_timeout_and_the_relock_is_committed(
 
 
 def test_with_a_near_zero_idle_period_every_waiter_resolves_and_every_committed_row_exists(
-    tmp_path: Path,
+    db: str,
 ) -> None:
     """Threads add inserts (and now and then a write that matches no row, which fails its
     batch) at random pauses while the writer's idle wait times out between almost every
     two of them, and another thread fails what is queued at random moments: every
     ``Pending`` resolves; those resolved have their row, those failed have none."""
-    store, db = sqlite_store(tmp_path)
+    store = open_store(db)
     idle_rounds = [0]
     failures: list[BaseException] = []
 
@@ -246,6 +264,11 @@ def test_with_a_near_zero_idle_period_every_waiter_resolves_and_every_committed_
         store.close()
     assert all(len(v) == 1 for s, v in outcomes.items() if s is not None)
     committed = {s for s, v in outcomes.items() if s is not None and v == ["committed"]}
+    tally = Counter(o for v in outcomes.values() for o in v)
+    print(
+        f"{len(done)} writes: {dict(tally)}; {writer.batches} batches, "
+        f"{idle_rounds[0]} idle rounds, {len(failures)} failed batches"
+    )
     assert seqs_in(db) == committed
     assert outcomes.get(None) and "committed" not in outcomes[None]  # stale writes never commit
     assert len(committed) > 300  # most writes went through
