@@ -54,7 +54,7 @@ from desched.service.answers import (
 from desched.service.asgi import ASGIApp, BodyLimit, Receive, Scope, Send
 from desched.service.clock import Clock
 from desched.service.decision_log import DecisionLog
-from desched.service.errors import Forbidden, ServiceError, Unauthorized
+from desched.service.errors import Forbidden, ServiceError, Unauthorized, Unavailable
 from desched.service.hot_path import HotPath
 from desched.service.records import NewTask, Role
 from desched.service.scheduler import Scheduler
@@ -111,6 +111,8 @@ class Housekeeper(threading.Thread):
                 self.scheduler.refresh_controls()
                 self.scheduler.refresh_policy()
                 self.scheduler.save_policy_state()
+            except Unavailable:  # the writer takes no more writes: the service is stopping
+                continue
             except Exception:  # keep sweeping; the next round retries
                 logger.exception("housekeeping failed")
 

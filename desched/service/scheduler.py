@@ -231,11 +231,8 @@ class Scheduler:
 
     def _activate(self) -> None:
         """Serve: record the policy asked for, rebuild memory from the database (the saved
-        policy state included) and take the token epoch. Under the lock, holding the
-        writer lock, in the thread that owns ``write_store`` (``start``, or the writer's idle
-        round at a takeover): the policy is recorded through the connection that holds the
-        writer lock, never through the read connection, which request threads share under
-        ``read_lock``."""
+        policy state included) and take the token epoch. Under the lock, in the thread that
+        owns ``write_store``, which holds the writer lock and records the policy."""
         if self._wanted is not None:
             self.write_store.set_policy(self._wanted.name, self._wanted.params)
         with self.read_lock:
@@ -304,7 +301,8 @@ class Scheduler:
         (``Writer.stop``), so no request waits on a writer blocked on a database lock.
         Idempotent; ``stop`` calls it, and ``desched serve`` calls it at SIGTERM, before the
         HTTP server waits for the requests in flight."""
-        if self.writer.is_alive() and self.active and self.lock.acquire(timeout=timeout_s):
+        held = self.writer.is_alive() and self.active and self.lock.acquire(timeout=1.0)
+        if held:
             try:
                 write = self.host.state_write(self.clock(), True) if self.active else None
                 if write is not None:
@@ -316,9 +314,8 @@ class Scheduler:
         self.writer.stop(timeout_s)
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """``drain``, then close both connections (idempotent). A connection a stuck thread
-        still uses (the writer blocked on a lock past ``timeout_s``) is left open for the
-        process's exit to drop: closing it under that thread is not safe."""
+        """``drain``, then close both connections (idempotent); one a stuck writer still
+        uses is left for the process's exit to drop."""
         self.drain(timeout_s)
         if not self.lock.acquire(timeout=1.0):
             logger.error("stopping without closing the database: the scheduler lock is held")
