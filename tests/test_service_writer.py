@@ -400,3 +400,25 @@ def test_a_failing_idle_round_or_after_callable_leaves_the_writer_committing(
     messages = [r.getMessage() for r in caplog.records]
     assert "writer idle round failed" in messages
     assert "after-commit callback failed" in messages
+
+
+def test_a_recovery_that_fails_still_fails_the_batch_waiters_and_the_writer_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store, db = sqlite_store(tmp_path)
+
+    def broken_recovery(exc: BaseException) -> None:
+        raise RuntimeError("rebuild broke")
+
+    writer = Writer(store, broken_recovery)
+    stale = Write("UPDATE tasks SET state = 'done' WHERE seq = ?", (-1,))
+    failed = writer.add([stale])
+    writer.start()
+    try:
+        assert isinstance(failed.exception(10), StaleWrite)  # the batch's own error
+        writer.add([insert_write(task(3), None, None, None)]).result(10)
+    finally:
+        writer.stop(timeout_s=5)
+        store.close()
+    assert seqs_in(db) == {3}
+    assert "recovery after a failed commit failed" in [r.getMessage() for r in caplog.records]
