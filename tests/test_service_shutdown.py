@@ -162,7 +162,10 @@ def test_sigterm_under_submits_acknowledges_only_what_committed(
     try:
         for t in threads:
             t.start()
-        time.sleep(1.0)
+        deadline = time.monotonic() + 30
+        while not any(code == 201 for code, _ in results) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # submits in flight, some of them waiting on a commit
         assert service.proc is not None
         sent = time.monotonic()
         service.proc.send_signal(signal.SIGTERM)

@@ -385,7 +385,10 @@ def test_a_failing_idle_round_or_after_callable_leaves_the_writer_committing(
 ) -> None:
     store, db = sqlite_store(tmp_path)
 
+    idle_failed = threading.Event()
+
     def bad_idle() -> None:
+        idle_failed.set()
         raise RuntimeError("idle round broke")
 
     def bad_after() -> None:
@@ -394,7 +397,7 @@ def test_a_failing_idle_round_or_after_callable_leaves_the_writer_committing(
     writer = Writer(store, lambda exc: None, on_idle=bad_idle, idle_s=0.001)
     writer.start()
     try:
-        time.sleep(0.05)  # some idle rounds fail
+        assert idle_failed.wait(10)  # an idle round failed
         first = writer.add([insert_write(task(1), None, None, None)], after=bad_after)
         first.result(10)  # committed: its caller hears so although its after failed
         second = writer.add([insert_write(task(2), None, None, None)])
