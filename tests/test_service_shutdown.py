@@ -5,7 +5,8 @@ the test holds (SQLite: a ``BEGIN IMMEDIATE`` of another connection; PostgreSQL:
 TABLE tasks IN EXCLUSIVE MODE``, which lets reads through) while a submit waits on its
 commit; then SIGTERM. The submit is answered 503 with when to retry, the process exits,
 nothing was written, and the retry with the same Idempotency-Key on a restarted service
-creates the task exactly once.
+creates the task exactly once. Also over HTTP: a row changed behind the service's back is
+answered 503, logged at ERROR with its evidence, counted, and served past.
 """
 
 from __future__ import annotations
@@ -195,3 +196,52 @@ def test_sigterm_under_submits_acknowledges_only_what_committed(
         f"exited {exited_s:.2f} s after SIGTERM; answers {dict(answered)}; "
         f"{len(acknowledged)} tasks acknowledged, {len(rows)} rows"
     )
+
+
+def test_a_row_changed_behind_a_running_services_back_is_logged_counted_and_served_past(
+    backend: Backend, tmp_path: Path
+) -> None:
+    """Over HTTP: the completion whose lease was changed in the database gets 503 with when
+    to retry; the service logs the evidence at ERROR, counts it in ``/metrics``, rebuilds
+    memory from the database and goes on serving."""
+    db = backend.fresh()
+    tokens = add_principals(db)
+    service = Service(db=db, log_dir=tmp_path / "logs").start()
+    worker = auth(tokens.worker)
+    try:
+        with httpx.Client(base_url=service.url, timeout=30) as http:
+            submitted = http.post("/v1/tasks", json=[task(), task()], headers=auth(tokens.tenant_a))
+            assert submitted.status_code == 201
+            lease = http.post("/v1/poll", json={"worker_id": "w0"}, headers=worker).json()
+            from desched.service.store import Store
+
+            intruder = Store(db)
+            intruder.execute(
+                "UPDATE tasks SET lease_id = ? WHERE task_id = ?", ("forged", lease["task_id"])
+            )
+            intruder.close()
+            body = {"lease_id": lease["lease_id"], "duration_s": 1.0}
+            done = http.post(f"/v1/tasks/{lease['task_id']}/complete", json=body, headers=worker)
+            assert done.status_code == 503 and done.headers["Retry-After"] == "1"
+            assert done.json()["retry"] is True
+            text = http.get("/metrics").text
+            assert re.search(r"^desched_state_disagreements_total 1\.0$", text, re.MULTILINE)
+            retry = http.post(f"/v1/tasks/{lease['task_id']}/complete", json=body, headers=worker)
+            assert retry.status_code == 409  # memory now holds the row as committed
+            forged = {"lease_id": "forged", "duration_s": 1.0}
+            done = http.post(f"/v1/tasks/{lease['task_id']}/complete", json=forged, headers=worker)
+            assert done.status_code == 204
+            other = http.post("/v1/poll", json={"worker_id": "w0"}, headers=worker).json()
+            body = {"lease_id": other["lease_id"], "duration_s": 1.0}
+            done = http.post(f"/v1/tasks/{other['task_id']}/complete", json=body, headers=worker)
+            assert done.status_code == 204
+        assert service.proc is not None and service.proc.stderr is not None
+        service.proc.terminate()
+        service.proc.wait(timeout=EXIT_BOUND_S)
+        log = service.proc.stderr.read().decode()
+    finally:
+        service.stop()
+    assert stored_tasks(db) == 2
+    (line,) = [x for x in log.splitlines() if "memory and database disagree" in x]
+    assert " ERROR desched.service: " in line
+    assert "lease_id='forged'" in line and f"lease_id={lease['lease_id']!r}" in line

@@ -87,6 +87,7 @@ def serve(
             probe.acquire_writer_lock()  # raises: another service owns this SQLite file
     finally:
         probe.close()
+    _log_with_levels()
     app = create_app(settings)
     config = uvicorn.Config(
         app,
@@ -99,6 +100,18 @@ def serve(
         **_fast_io(),
     )
     draining_server(config, app.state.scheduler, settings.shutdown_grace_s).run()
+
+
+def _log_with_levels() -> None:
+    """The service's warnings and errors on stderr with their time, level and logger (an
+    ERROR such as "memory and database disagree" must read as one)."""
+    import logging
+
+    service_log = logging.getLogger("desched.service")
+    if not service_log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        service_log.addHandler(handler)
 
 
 def draining_server(config: Any, scheduler: Any, grace_s: float) -> Any:
