@@ -22,6 +22,9 @@ Invariants:
 - After ``stop`` no write is accepted (``Unavailable``); what was queued before is committed
   within ``stop``'s ``timeout_s``, and what is not committed by then fails (``Unavailable``,
   retry later): a writer blocked on a database lock never keeps a caller waiting past it.
+  The one write whose waiter may hear 503 and yet commit is the batch in flight at that
+  deadline (if its lock comes free before the process exits): the contract's "a retry with
+  the same Idempotency-Key converges" case.
 - Nothing is written through a connection that does not hold the writer lock (``Standby``).
   Every ``idle_s`` without writes the thread calls ``on_idle`` (the scheduler's standby
   poll and session check), which may use ``store``: the thread owns the connection.
