@@ -291,15 +291,13 @@ def simulate_arrays(
     wall = time.perf_counter() - wall0
     end = run.start_s + np.asarray(duration_s, dtype=np.float64)
     d_t = run.start_s[run.task]
-    queue_len, tenant_backlog = queue_counts(submit_s, tenant, array("q", run.task.tobytes()),
-                                             array("d", d_t.tobytes()))
     decisions = Decisions(
         t=array("d", d_t.tobytes()),
         worker=array("i", run.worker[run.task].astype(np.int32).tobytes()),
         task=array("q", run.task.tobytes()),
         score=array("d", run.score.tobytes()),
-        queue_len=queue_len,
-        tenant_backlog=tenant_backlog,
+        queue_len=array("q", run.queue_len.tobytes()),
+        tenant_backlog=array("q", run.tenant_backlog.tobytes()),
         parts=[array("d", np.ascontiguousarray(run.parts[:, j]).tobytes())
                for j in range(len(components))],
     )

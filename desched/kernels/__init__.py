@@ -179,13 +179,16 @@ def exp2_loop() -> int | None:
 @dataclass(slots=True)
 class KernelRun:
     """What a kernel run gives: start, worker by task; the decisions in order (task, score,
-    parts as an (n, len(components)) array)."""
+    parts as an (n, len(components)) array, queue length and the winner's tenant backlog
+    before the pop)."""
 
     start_s: npt.NDArray[np.float64]
     worker: npt.NDArray[np.int64]
     task: npt.NDArray[np.int64]
     score: npt.NDArray[np.float64]
     parts: npt.NDArray[np.float64]
+    queue_len: npt.NDArray[np.int64]
+    tenant_backlog: npt.NDArray[np.int64]
 
 
 def available(name: str) -> bool:
@@ -230,6 +233,9 @@ def run(
     d_task = np.zeros(n, dtype=np.int64)
     d_score = np.zeros(n, dtype=np.float64)
     d_parts = np.zeros(max(1, n * n_parts), dtype=np.float64)
+    d_qlen = np.zeros(n, dtype=np.int64)
+    d_backlog = np.zeros(n, dtype=np.int64)
+    tq = np.zeros(nt, dtype=np.int64)
     rend = np.zeros(workers, dtype=np.float64)
     rw = np.zeros(workers, dtype=np.int64)
     ri = np.zeros(workers, dtype=np.int64)
@@ -245,11 +251,12 @@ def run(
     state = [np.zeros(max(1, sizes.get(a, 1)), dtype=np.int64 if a[0] == "i" else np.float64)
              for a in STATE_ARRAYS]
     arrays = [arrival, arrival_t, submit, duration, predicted, tenant, weight, ttask, tstart,
-              prm, start, worker, d_task, d_score, d_parts]
+              prm, start, worker, d_task, d_score, d_parts, d_qlen, d_backlog, tq]
     tail = [rend, rw, ri, idle, out, sc, sg, *state]
     decided = functions[f"sim_{spec.prefix}"](
         n, workers, nt, *(a.ctypes.data for a in arrays), n_parts,
         *(a.ctypes.data for a in tail))
     if decided != n:
         raise RuntimeError(f"kernel {name}: {decided} decisions for {n} tasks")
-    return KernelRun(start, worker, d_task, d_score, d_parts[: n * n_parts].reshape(n, n_parts))
+    return KernelRun(start, worker, d_task, d_score, d_parts[: n * n_parts].reshape(n, n_parts),
+                     d_qlen, d_backlog)

@@ -220,13 +220,15 @@ def policy_complete(i: int, t: float) -> None:  # bound per policy
 def sim_template(n: int, workers: int, nt: int, arrival: I64, arrival_t: F64, submit: F64,
                  duration: F64, pred: F64, tenant: I64, weight: F64, ttask: I64, tstart: I64,
                  prm: F64, start: F64, worker: I64, d_task: I64, d_score: F64, d_parts: F64,
-                 nparts: int, rend: F64, rw: I64, ri: I64, idle: I64, out: F64, sc: I64,
+                 d_qlen: I64, d_backlog: I64, tq: I64, nparts: int, rend: F64, rw: I64, ri: I64, idle: I64, out: F64, sc: I64,
                  sg: F64, ia: I64, ib: I64, ic: I64, id_: I64, ie: I64, if_: I64, fa: F64,
                  fb: F64, fc: F64, fd: F64, fe: F64, ff: F64) -> int:
     """Run the ``n`` tasks on ``workers`` workers; returns the number of decisions (``n``
     unless the policy lost a task). At each instant: completions at ``t`` (in (end,
     worker) order) free their workers and reach the policy, arrivals at ``t`` join in
-    trace order, then the lowest idle worker polls while the queue is not empty."""
+    trace order, then the lowest idle worker polls while the queue is not empty. Each
+    decision records the queue length and the winner's tenant backlog before its pop
+    (``tq``: queued tasks per tenant)."""
     policy_init(n)
     for w in range(workers):
         idle[w] = w
@@ -256,6 +258,7 @@ def sim_template(n: int, workers: int, nt: int, arrival: I64, arrival_t: F64, su
             na += 1
             next_submit = arrival_t[na]
             policy_push(i, t)
+            tq[tenant[i]] += 1
             queued += 1
         while isize > 0 and queued > 0:
             i = policy_pop(t)
@@ -263,6 +266,10 @@ def sim_template(n: int, workers: int, nt: int, arrival: I64, arrival_t: F64, su
             isize = int_pop(idle, isize)
             d_task[decided] = i
             d_score[decided] = out[0]
+            d_qlen[decided] = queued
+            k = tenant[i]
+            d_backlog[decided] = tq[k]
+            tq[k] -= 1
             for p in range(nparts):
                 d_parts[decided * nparts + p] = out[1 + p]
             queued -= 1
