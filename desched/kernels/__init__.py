@@ -78,6 +78,16 @@ def _gsjf_sizes(n: int, nt: int) -> dict[str, int]:
     return {"ia": n, "ib": n, "ic": n, "fa": n, "fb": n, "fc": n, "fd": n, "fe": n}
 
 
+def _ifsp_sizes(n: int, nt: int) -> dict[str, int]:
+    return {"ia": n, "ib": nt, "ic": nt, "id_": nt, "ie": n, "if_": 2 * n + 1, "fa": n,
+            "fb": n, "fc": n, "fd": n}
+
+
+def _hrrn_sizes(n: int, nt: int) -> dict[str, int]:
+    cap = 1 << max(0, (n - 1).bit_length())
+    return {"ia": 2 * cap, "ib": 2 * cap, "ic": 2 * cap, "fa": 2 * cap}
+
+
 KERNELS: dict[str, KernelSpec] = {
     "fifo": KernelSpec("fifo", lambda p: [], lambda n, nt: {}),
     "sjf-oracle": KernelSpec("sjf", lambda p: [0.0], _sjf_sizes),
@@ -88,6 +98,8 @@ KERNELS: dict[str, KernelSpec] = {
     "fair-sjf": KernelSpec("vtc", lambda p: [1.0], _vtc_sizes),
     "round-robin": KernelSpec("rr", lambda p: [], lambda n, nt: {"ia": nt, "ib": nt, "ic": nt}),
     "guarded-sjf": KernelSpec("gsjf", lambda p: [p.beta, p.a], _gsjf_sizes),
+    "ifs-predicted": KernelSpec("ifsp", lambda p: [p.w_backlog, p.w_short], _ifsp_sizes),
+    "hrrn-predicted": KernelSpec("hrrn", lambda p: [], _hrrn_sizes),
 }
 """Policy name -> its kernel. Only the registered fast class of that name runs here."""
 
