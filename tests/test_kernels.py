@@ -160,8 +160,9 @@ def test_the_policy_objects_replay_a_kernel_run_recorded_in_its_decision_log(
     parts = list(policy.components)
     for row in log.iter_rows(named=True):
         t = row["t"]
-        due = (lambda s: s < t) if row["kind"] == "completion" else (lambda s: s <= t)
-        while pushed < n and due(tasks.submit_s[arrivals[pushed]]):
+        strictly = row["kind"] == "completion"  # an arrival at t joins after t's completions
+        while pushed < n and (tasks.submit_s[arrivals[pushed]] < t
+                              or (not strictly and tasks.submit_s[arrivals[pushed]] == t)):
             i = arrivals[pushed]
             policy.push(i, tasks.submit_s[i])
             pushed += 1

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import copy
 import ctypes
+import hashlib
 import math
 import threading
 from collections.abc import Callable
@@ -34,6 +35,8 @@ import numpy.typing as npt
 from desched.policies.base import Policy
 
 SOURCE = Path(__file__).with_name("source.py")
+SOURCES = (SOURCE, Path(__file__).with_name("source_predicted.py"))
+"""The kernel source files, compiled as one module (their imports are left out)."""
 STATE_ARRAYS = ("ia", "ib", "ic", "id_", "ie", "if_", "fa", "fb", "fc", "fd", "fe", "ff")
 ENGINE_PYTHON = "python"
 
@@ -111,7 +114,7 @@ def kernel_name(policy: Policy) -> str | None:
 
     name = getattr(policy, "name", None)
     if name in KERNELS and type(policy) is REGISTRY.get(name):
-        return name
+        return str(name)
     return None
 
 
@@ -142,16 +145,29 @@ _LOCK = threading.Lock()
 def compiled() -> dict[str, Callable[..., int]] | None:
     """The ``sim_<prefix>`` functions, compiled (or loaded from the cache); None where
     llvmlite cannot build them (the simulator then runs the Python loop)."""
-    from desched.structures.kernelc import compile_functions
+    from desched.structures import kernelc
 
-    with _LOCK:
-        tree = ast.parse(SOURCE.read_text(), str(SOURCE))
+    prefixes = sorted({spec.prefix for spec in KERNELS.values()})
+
+    def build() -> tuple[ast.Module, list[str]]:
+        tree = ast.Module(body=[], type_ignores=[])
+        for path in SOURCES:
+            tree.body += ast.parse(path.read_text(), str(path)).body
         defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-        prefixes = sorted({spec.prefix for spec in KERNELS.values()})
         for prefix in prefixes:
             tree.body.append(_bind(defs["sim_template"], prefix, defs))
+        return tree, [f"sim_{p}" for p in prefixes]
+
+    with _LOCK:
         try:
-            return compile_functions(tree, str(SOURCE), [f"sim_{p}" for p in prefixes])
+            import llvmlite
+
+            digest = hashlib.sha256()
+            for part in (*(p.read_bytes() for p in SOURCES), Path(kernelc.__file__).read_bytes(),
+                         llvmlite.__version__.encode(), " ".join(prefixes).encode()):
+                digest.update(part)
+            text, sigs = kernelc.cached_translation(digest.hexdigest()[:24], str(SOURCE), build)
+            return kernelc.native(text, sigs, str(SOURCE))
         except Exception:  # noqa: BLE001 (no native code: the Python loop runs instead)
             return None
 

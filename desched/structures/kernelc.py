@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 ARRAY_TYPES = {"I64": "i64", "F64": "f64"}
-BUILTINS = frozenset({"float", "int", "round", "min", "max", "isnan", "nextafter",
+BUILTINS = frozenset({"float", "int", "bool", "round", "min", "max", "isnan", "nextafter",
                       "call_f64_loop"})
 """Names the compiler translates itself; a module may define them for CPython (skipped)."""
 SCALAR_TYPES = {"int": "i64", "float": "f64", "bool": "bool", "None": "void"}
@@ -495,6 +495,8 @@ class _Function:
             if t == "f64":
                 return b.fptosi(v, types["i64"]), "i64"
             return self.coerce(v, t, "i64", node), "i64"
+        if name == "bool":
+            return self.to_bool(*args[0], node), "bool"
         if name == "round":
             v = self.coerce(*args[0], "f64", node)
             return b.fptosi(b.call(self.mod.externals["rint"], [v]), types["i64"]), "i64"
@@ -575,13 +577,19 @@ def _cache_dir(filename: str) -> Path | None:
 def compile_functions(
     tree: ast.Module, filename: str, exported: Sequence[str]
 ) -> dict[str, Callable[..., Any]]:
-    """Compile ``exported`` functions of ``tree`` (a parsed module) to native code and return ctypes callables
-    (arrays are passed as addresses: ``arr.ctypes.data``). The object code is cached on disk
-    (module docstring); a cache that cannot be read or written is skipped."""
+    """Compile ``exported`` functions of ``tree`` (a parsed module) to native code and return
+    ctypes callables (arrays are passed as addresses: ``arr.ctypes.data``)."""
+    text, sigs = translate(tree, filename, exported)
+    return native(text, sigs, filename)
+
+
+def native(text: str, sigs: dict[str, Signature], filename: str) -> dict[str, Callable[..., Any]]:
+    """Machine code for the LLVM IR ``text`` (from ``translate``) and ctypes callables of the
+    functions in ``sigs``. The object code is cached on disk (module docstring); a cache
+    that cannot be read or written is skipped."""
     import llvmlite
     import llvmlite.binding as llvm
 
-    text, sigs = translate(tree, filename, exported)
     try:
         llvm.initialize()
     except RuntimeError:  # newer llvmlite initialises itself
@@ -619,6 +627,38 @@ def compile_functions(
     _ENGINES.append(engine)
     out: dict[str, Callable[..., Any]] = {}
     for name, sig in sigs.items():
-        proto = ctypes.CFUNCTYPE(_CTYPES[sig.ret], *(_CTYPES[t] for _, t in sig.params))
+        argtypes: list[Any] = [_CTYPES[t] for _, t in sig.params]
+        proto = ctypes.CFUNCTYPE(_CTYPES[sig.ret], *argtypes)
         out[name] = proto(engine.get_function_address(name))
     return out
+
+
+def cached_translation(
+    key: str, filename: str, build: Callable[[], tuple[ast.Module, Sequence[str]]]
+) -> tuple[str, dict[str, Signature]]:
+    """``translate`` of the module ``build`` returns (its tree and exported names), kept
+    under the cache folder by ``key`` (a hash of everything the IR depends on), so that a
+    fresh process skips the translation."""
+    import json
+
+    folder = _cache_dir(filename)
+    ir_path = folder / f"kernel-{key}.ll" if folder is not None else None
+    sig_path = folder / f"kernel-{key}.json" if folder is not None else None
+    if ir_path is not None and sig_path is not None and ir_path.exists() and sig_path.exists():
+        try:
+            raw = json.loads(sig_path.read_text())
+            sigs = {name: Signature(tuple((p, t) for p, t in v["params"]), v["ret"])
+                    for name, v in raw.items()}
+            return ir_path.read_text(), sigs
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    tree, exported = build()
+    text, sigs = translate(tree, filename, exported)
+    if ir_path is not None and sig_path is not None:
+        try:
+            sig_path.write_text(json.dumps(
+                {n: {"params": list(s.params), "ret": s.ret} for n, s in sigs.items()}))
+            ir_path.write_text(text)
+        except OSError:
+            pass
+    return text, sigs
