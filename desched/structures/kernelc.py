@@ -613,14 +613,8 @@ def native(text: str, sigs: dict[str, Signature], filename: str) -> dict[str, Ca
     engine = llvm.create_mcjit_compiler(module, machine)
 
     def notify(_module: Any, buffer: bytes) -> None:
-        if cached is None or loaded is not None:
-            return
-        try:
-            with tempfile.NamedTemporaryFile(dir=cached.parent, delete=False) as tmp:
-                tmp.write(buffer)
-            os.replace(tmp.name, cached)
-        except OSError:
-            pass
+        if cached is not None and loaded is None:
+            _write_atomic(cached, buffer)
 
     engine.set_object_cache(notify, lambda _module: loaded)
     engine.finalize_object()
@@ -655,10 +649,18 @@ def cached_translation(
     tree, exported = build()
     text, sigs = translate(tree, filename, exported)
     if ir_path is not None and sig_path is not None:
-        try:
-            sig_path.write_text(json.dumps(
-                {n: {"params": list(s.params), "ret": s.ret} for n, s in sigs.items()}))
-            ir_path.write_text(text)
-        except OSError:
-            pass
+        _write_atomic(sig_path, json.dumps(
+            {n: {"params": list(s.params), "ret": s.ret} for n, s in sigs.items()}).encode())
+        _write_atomic(ir_path, text.encode())
     return text, sigs
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` by a rename, so that a concurrent reader sees all or
+    nothing; a failure leaves no cache entry."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as tmp:
+            tmp.write(data)
+        os.replace(tmp.name, path)
+    except OSError:
+        pass
