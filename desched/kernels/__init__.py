@@ -87,8 +87,9 @@ def _ifsp_sizes(n: int, nt: int) -> dict[str, int]:
 
 
 def _hrrn_sizes(n: int, nt: int) -> dict[str, int]:
-    cap = 1 << max(0, (n - 1).bit_length())
-    return {"ia": 2 * cap, "ib": 2 * cap, "ic": 2 * cap, "fa": 2 * cap}
+    cap = max(16, 1 << max(0, (n - 1).bit_length()))  # the most the tree grows to
+    return {"ia": 2 * cap, "ib": 2 * cap, "ic": 2 * cap, "fa": 2 * cap, "id_": cap, "ie": n,
+            "if_": cap}
 
 
 KERNELS: dict[str, KernelSpec] = {

@@ -159,22 +159,25 @@ def ifsp_complete(i: int, t: float) -> None:
     pass
 
 
-# hrrn-predicted: the kinetic tournament of desched.structures.kinetic over leaves indexed
-# by task position (cap = sc[1] leaves, a power of two >= n): ia = win, fa = melt (2 cap
-# nodes each), ib / ic the repair's stack and order; the same comparisons and certificates,
-# so the same winner at every query -----------------------------------------------------------
+# hrrn-predicted: the kinetic tournament of desched.structures.kinetic: sc[1] leaves (a
+# power of two, doubled when full, as there), ia = win, fa = melt (2 cap nodes), ib / ic the
+# repair's stack and order, id_ the item (task) of a leaf slot, ie the slot of a task, if_
+# the free slots (sc[2] of them, the last freed first); the same comparisons and
+# certificates, so the same winner at every query ---------------------------------------------
 
 REL_MARGIN = 1e-9
 
 
-def hrrn_init(n: int, sc: I64, ia: I64, fa: F64) -> None:
-    cap = 1
-    while cap < n:
-        cap *= 2
+def hrrn_init(n: int, sc: I64, ia: I64, fa: F64, id_: I64, if_: I64) -> None:
+    cap = 16
     sc[1] = cap
     for j in range(2 * cap):
         ia[j] = -1
         fa[j] = math.inf
+    for slot in range(cap):
+        id_[slot] = -1
+        if_[slot] = cap - 1 - slot
+    sc[2] = cap
 
 
 def hrrn_mark(fa: F64, node: int) -> None:
@@ -183,13 +186,39 @@ def hrrn_mark(fa: F64, node: int) -> None:
         node >>= 1
 
 
-def hrrn_push(i: int, t: float, sc: I64, ia: I64, fa: F64) -> None:
-    node = sc[1] + i
-    ia[node] = i
+def hrrn_grow(sc: I64, ia: I64, fa: F64, id_: I64, if_: I64) -> None:
+    """Double the leaves: every internal node is marked for the next repair."""
+    old = sc[1]
+    cap = 2 * old
+    sc[1] = cap
+    for node in range(cap):
+        ia[node] = -1
+        fa[node] = -math.inf
+    fa[0] = math.inf
+    for slot in range(cap):
+        ia[cap + slot] = slot if slot < old and id_[slot] >= 0 else -1
+        fa[cap + slot] = math.inf
+    for slot in range(old, cap):
+        id_[slot] = -1
+    for j in range(old):
+        if_[j] = cap - 1 - j
+    sc[2] = old
+
+
+def hrrn_push(i: int, t: float, sc: I64, ia: I64, fa: F64, id_: I64, ie: I64,
+              if_: I64) -> None:
+    if sc[2] == 0:
+        hrrn_grow(sc, ia, fa, id_, if_)
+    sc[2] -= 1
+    slot = if_[sc[2]]
+    id_[slot] = i
+    ie[i] = slot
+    node = sc[1] + slot
+    ia[node] = slot
     hrrn_mark(fa, node >> 1)
 
 
-def hrrn_repair(now: float, submit: F64, pred: F64, ia: I64, ib: I64, ic: I64,
+def hrrn_repair(now: float, submit: F64, pred: F64, ia: I64, ib: I64, ic: I64, id_: I64,
                 fa: F64) -> None:
     """Re-evaluate every node with ``melt <= now``, children before parents."""
     lo = 1.0 - REL_MARGIN
@@ -224,17 +253,17 @@ def hrrn_repair(now: float, submit: F64, pred: F64, ia: I64, ib: I64, ic: I64,
             ia[node] = a
             fa[node] = fa[left]
             continue
-        sa = submit[a]
-        pa = pred[a]
-        sb = submit[b]
-        pb = pred[b]
+        sa = submit[id_[a]]
+        pa = pred[id_[a]]
+        sb = submit[id_[b]]
+        pb = pred[id_[b]]
         ra = ((now - sa) + pa) / pa
         rb = ((now - sb) + pb) / pb
         pw = pb
         fw = rb
         pl = pa
         fl = ra
-        if ra > rb or (ra == rb and (sa < sb or (sa == sb and a < b))):
+        if ra > rb or (ra == rb and (sa < sb or (sa == sb and id_[a] < id_[b]))):
             ia[node] = a
             pw = pa
             fw = ra
@@ -264,15 +293,19 @@ def hrrn_repair(now: float, submit: F64, pred: F64, ia: I64, ib: I64, ic: I64,
         fa[node] = min(min(cert, fa[left]), fa[left + 1])
 
 
-def hrrn_pop(t: float, submit: F64, pred: F64, sc: I64, ia: I64, ib: I64, ic: I64, fa: F64,
-             out: F64) -> int:
+def hrrn_pop(t: float, submit: F64, pred: F64, sc: I64, ia: I64, ib: I64, ic: I64, id_: I64,
+             ie: I64, if_: I64, fa: F64, out: F64) -> int:
     if fa[1] <= t:
-        hrrn_repair(t, submit, pred, ia, ib, ic, fa)
-    i = ia[1]
+        hrrn_repair(t, submit, pred, ia, ib, ic, id_, fa)
+    i = id_[ia[1]]
     p = pred[i]
     out[0] = ((t - submit[i]) + p) / p
     out[1] = p
-    node = sc[1] + i
+    slot = ie[i]
+    id_[slot] = -1
+    if_[sc[2]] = slot
+    sc[2] += 1
+    node = sc[1] + slot
     ia[node] = -1
     hrrn_mark(fa, node >> 1)
     return int(i)
