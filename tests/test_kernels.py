@@ -5,14 +5,17 @@ policy objects the live service runs replay a kernel's recorded decisions exactl
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import polars as pl
 import pytest
 from hypothesis import assume, given, settings
+from click.testing import CliRunner
 from hypothesis import strategies as st
 
+from desched.cli import cli
 from desched.cli.sim import run_policy
 from desched.controls import Controls, Gate, TenantControl, controlled, kernel_inputs
 from desched.errors import DeschedError
@@ -173,3 +176,33 @@ def test_the_policy_objects_replay_a_kernel_run_recorded_in_its_decision_log(
         assert policy.pop(t) == i
         assert (policy.score, policy.parts) == (row["score"], tuple(row[c] for c in parts))
     assert pushed == n and len(policy) == 0
+
+
+def test_desched_simulate_names_its_engine_and_the_python_loop_writes_the_same_files(
+    tmp_path,
+) -> None:
+    frame = make_frame(*(T("abc"[i % 3], (i // 4) * 1.0, 1.0 + i % 5, 2.0) for i in range(40)))
+    trace = tmp_path / "trace.parquet"
+    frame.write_parquet(trace)
+
+    def run(out: str, *extra: str) -> dict[str, object]:
+        res = CliRunner().invoke(cli, ["simulate", "--trace", str(trace), "--policy", "vtc",
+                                       "--workers", "2", "--out", str(tmp_path / out), *extra])
+        assert res.exit_code == 0, res.output
+        return json.loads((tmp_path / out / "summary.json").read_text())  # type: ignore[no-any-return]
+
+    assert run("k")["engine"] == "kernel:vtc"
+    assert run("p", "--engine", "python")["engine"] == "python"
+    assert run("n", "--no-decision-log")["engine"] == "kernel:vtc"
+    for name in ("tasks", "decisions", "decision-log"):
+        assert pl.read_parquet(tmp_path / "k" / f"{name}.parquet").equals(
+            pl.read_parquet(tmp_path / "p" / f"{name}.parquet"))
+    assert not (tmp_path / "n" / "decision-log.parquet").exists()
+    assert pl.read_parquet(tmp_path / "n" / "tasks.parquet").equals(
+        pl.read_parquet(tmp_path / "k" / "tasks.parquet"))
+    caps = tmp_path / "caps.json"
+    caps.write_text('[{"tenant": "a", "cap": 1}]')
+    res = CliRunner().invoke(cli, ["simulate", "--trace", str(trace), "--policy", "vtc",
+                                   "--workers", "2", "--out", str(tmp_path / "c"),
+                                   "--tenants", str(caps), "--engine", "kernel"])
+    assert res.exit_code != 0 and "caps and priority levels" in res.output
