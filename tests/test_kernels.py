@@ -11,8 +11,8 @@ import math
 import numpy as np
 import polars as pl
 import pytest
-from hypothesis import assume, given, settings
 from click.testing import CliRunner
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from desched.cli import cli
