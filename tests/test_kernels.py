@@ -206,3 +206,16 @@ def test_desched_simulate_names_its_engine_and_the_python_loop_writes_the_same_f
                                    "--workers", "2", "--out", str(tmp_path / "c"),
                                    "--tenants", str(caps), "--engine", "kernel"])
     assert res.exit_code != 0 and "caps and priority levels" in res.output
+
+
+@pytest.mark.parametrize("scenario", ["flood", "many-tenants"])
+@pytest.mark.parametrize("name", KERNEL_POLICIES)
+def test_every_kernel_agrees_with_the_python_loop_on_a_large_scenario(
+    name: str, scenario: str
+) -> None:
+    from desched.workloads import generate
+
+    frame = generate(scenario, tasks=40_000, load=1.1, predicted_noise=0.5, seed=5)
+    table = TaskTable.from_frame(frame)
+    kernel, python = both_engines(table, name, 8)
+    assert_identical(kernel, python)
