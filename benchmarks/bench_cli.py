@@ -8,7 +8,9 @@ Two workloads (traces written once under ``benchmarks/out/cli/``):
   (uniform), exponential durations of mean 1 s, run on 4 workers.
 
 For each policy, ``desched simulate --trace T --policy P --workers W --out DIR`` runs in a
-fresh process (``--repeats`` times). The figures: process wall time (from start-up, reading
+fresh process (``--repeats`` times), and with ``--both-outputs`` also with
+``--no-decision-log`` (tasks, decisions and summary only); the engine it used (the compiled
+kernel or the Python loop) is read from ``summary.json``. The figures: process wall time (from start-up, reading
 and validating the trace, to the run folder and ``summary.json`` written), the process's CPU
 time (user + system of the child: less disturbed by other load on a shared machine), both per
 decision, and the inner loop (``simulate()`` alone, from ``decisions_per_s`` in the summary).
@@ -19,6 +21,7 @@ the speedup is SimPy CPU seconds over ``desched simulate`` CPU seconds (median).
     .venv/bin/python benchmarks/bench_cli.py                       # both, every policy
     .venv/bin/python benchmarks/bench_cli.py --workload burst --policies fifo ifs-memoryless
     .venv/bin/python benchmarks/bench_cli.py --quick               # 100k long, 10k burst
+    .venv/bin/python benchmarks/bench_cli.py --both-outputs        # also --no-decision-log
 """
 
 from __future__ import annotations
@@ -53,8 +56,8 @@ WORKLOADS = {
     "long": (1_000_000, 50, 16),
     "burst": (100_000, 1_000, 4),
 }
-BURST_TARGET_US = 100.0
-SPEEDUP_TARGET = 5.0
+BURST_TARGET_US = 10.0
+SPEEDUP_TARGET = 10.0
 
 
 def burst_trace(n: int, tenants: int, seed: int) -> pl.DataFrame:
@@ -95,12 +98,13 @@ def desched_command() -> list[str]:
     return [sys.executable, "-c", "from desched.cli import main; main()"]
 
 
-def run_cli(trace: Path, policy: str, workers: int, out: Path) -> dict[str, Any]:
+def run_cli(trace: Path, policy: str, workers: int, out: Path,
+            extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """One ``desched simulate`` in a fresh process: wall and CPU seconds, inner-loop seconds."""
     if out.exists():
         shutil.rmtree(out)
     cmd = [*desched_command(), "simulate", "--trace", str(trace), "--policy", policy,
-           "--workers", str(workers), "--out", str(out)]
+           "--workers", str(workers), "--out", str(out), *extra]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -118,6 +122,7 @@ def run_cli(trace: Path, policy: str, workers: int, out: Path) -> dict[str, Any]
         "inner_s": summary["tasks"] / summary["decisions_per_s"],
         "tasks": summary["tasks"],
         "windows_count": summary.get("windows_count"),
+        "engine": summary.get("engine"),
     }
 
 
@@ -148,11 +153,20 @@ def bench(args: argparse.Namespace, workload: str) -> list[dict[str, Any]]:
         runs = [run_cli(trace, policy, workers, out) for _ in range(args.repeats)]
         row: dict[str, Any] = {
             "workload": workload, "policy": policy, "tasks": tasks, "tenants": tenants,
-            "workers": workers, "command": runs[0]["command"],
+            "workers": workers, "command": runs[0]["command"], "engine": runs[0]["engine"],
             "windows_count": runs[0]["windows_count"],
             "wall_s": [r["wall_s"] for r in runs], "cpu_s": [r["cpu_s"] for r in runs],
             "inner_s": [r["inner_s"] for r in runs],
         }
+        if args.both_outputs:
+            lean = [run_cli(trace, policy, workers, out.with_name(out.name + "-nolog"),
+                            ("--no-decision-log",)) for _ in range(args.repeats)]
+            row["nolog_wall_s"] = [r["wall_s"] for r in lean]
+            row["nolog_cpu_s"] = [r["cpu_s"] for r in lean]
+            row["median_nolog_wall_s"] = statistics.median(row["nolog_wall_s"])
+            row["median_nolog_cpu_s"] = statistics.median(row["nolog_cpu_s"])
+            row["nolog_wall_us_per_decision"] = 1e6 * row["median_nolog_wall_s"] / tasks
+            row["nolog_cpu_us_per_decision"] = 1e6 * row["median_nolog_cpu_s"] / tasks
         row["median_wall_s"] = statistics.median(row["wall_s"])
         row["median_cpu_s"] = statistics.median(row["cpu_s"])
         row["median_inner_s"] = statistics.median(row["inner_s"])
@@ -165,6 +179,10 @@ def bench(args: argparse.Namespace, workload: str) -> list[dict[str, Any]]:
             row["speedup_cpu"] = row["simpy_cpu_s"] / row["median_cpu_s"]
             msg += (f"; SimPy {row['simpy_cpu_s']:.2f} s CPU -> {row['speedup_cpu']:.1f}x"
                     f"{'' if row['identical_start_s'] else ' (START TIMES DIFFER)'}")
+            if args.both_outputs:
+                row["nolog_speedup_cpu"] = row["simpy_cpu_s"] / row["median_nolog_cpu_s"]
+                msg += f", {row['nolog_speedup_cpu']:.1f}x without the decision log"
+        msg += f" [{row['engine']}]"
         print(msg, flush=True)
         rows.append(row)
     return rows
@@ -174,18 +192,22 @@ def table(rows: list[dict[str, Any]]) -> str:
     out = []
     for r in rows:
         speed = f"{r['speedup_cpu']:.1f}x" if "speedup_cpu" in r else "–"
+        lean_speed = f"{r['nolog_speedup_cpu']:.1f}x" if "nolog_speedup_cpu" in r else "–"
         simpy = f"{r['simpy_cpu_s']:.1f}" if "simpy_cpu_s" in r else "–"
         same = {True: "yes", False: "NO"}.get(r.get("identical_start_s"), "–")  # type: ignore[arg-type]
+        lean = (f"{r['median_nolog_cpu_s']:.2f} / {r['nolog_wall_us_per_decision']:.1f}"
+                if "median_nolog_cpu_s" in r else "–")
         out.append([
-            r["workload"], r["policy"], f"{r['tasks']:,}", f"{r['median_wall_s']:.2f}",
-            f"{r['median_cpu_s']:.2f}", f"{r['median_inner_s']:.2f}",
-            f"{r['wall_us_per_decision']:.1f}", f"{r['cpu_us_per_decision']:.1f}", simpy, speed,
-            same,
+            r["workload"], r["policy"], r["engine"], f"{r['tasks']:,}",
+            f"{r['median_wall_s']:.2f}", f"{r['median_cpu_s']:.2f}", f"{r['median_inner_s']:.2f}",
+            f"{r['wall_us_per_decision']:.1f}", f"{r['cpu_us_per_decision']:.1f}", lean, simpy,
+            speed, lean_speed, same,
         ])
     return markdown_table(
-        ["workload", "policy", "tasks", "process wall s", "process CPU s", "inner loop s",
-         "wall µs/decision", "CPU µs/decision", "SimPy CPU s", "speedup (CPU)",
-         "identical starts"],
+        ["workload", "policy", "engine", "tasks", "process wall s", "process CPU s",
+         "inner loop s", "wall µs/decision", "CPU µs/decision",
+         "no log: CPU s / wall µs/decision", "SimPy CPU s", "speedup (CPU)",
+         "speedup, no log", "identical starts"],
         out,
     )
 
@@ -197,6 +219,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="desched runs per policy")
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--no-simpy", action="store_true", help="skip the SimPy anchor")
+    parser.add_argument("--both-outputs", action="store_true",
+                        help="also run each policy with --no-decision-log")
     parser.add_argument("--quick", action="store_true", help="a tenth of the tasks")
     parser.add_argument("--tasks", type=int, default=0, help="tasks of the trace (0: the "
                         "workload's own; the tenants and workers stay)")

@@ -502,3 +502,42 @@ def pl_series(name: str, values: list[float]) -> Any:
     import polars as pl
 
     return pl.Series(name, values, dtype=pl.Float64)
+
+
+def kernel_inputs(frame: Any, controls: Controls | None) -> dict[str, Any] | None:
+    """The arrays a compiled kernel (``desched.simulator.simulate_arrays``) runs the trace
+    ``frame`` (polars) on under ``controls``, built without a Python object per task:
+    ``submit_s`` (shaped by the rate limits, as ``controlled``), ``duration_s``,
+    ``predicted_s`` (NaN when the trace has none), ``tenant`` (codes in order of first
+    appearance, as ``TaskTable.from_frame``) and ``weight`` by code. None when the run
+    needs the ``Gate`` (a cap, or more than one priority level), which only the Python
+    loop applies."""
+    import numpy as np
+    import polars as pl
+
+    controls = controls or Controls()
+    if controls.has_caps:
+        return None
+    if "priority" in frame.columns and priorities_of(frame["priority"].to_list()) is not None:
+        return None
+    if any(c.rate is not None for c in controls.tenants.values()):
+        shaped = shape_submits(frame["submit_s"].to_list(), frame["tenant"].to_list(), controls)
+        frame = frame.with_columns(submit_s=pl_series("submit_s", shaped))
+    names = frame["tenant"].unique(maintain_order=True)
+    codes = frame["tenant"].replace_strict(
+        names, pl.int_range(names.len(), eager=True), return_dtype=pl.Int64)
+    weight = np.ones(max(1, names.len()), dtype=np.float64)
+    index = {name: k for k, name in enumerate(names.to_list())} if controls.tenants else {}
+    for name, control in controls.tenants.items():
+        if name in index and control.weight != 1.0:
+            weight[index[name]] = control.weight
+    n = frame.height
+    predicted = (frame["predicted_s"].cast(pl.Float64).to_numpy()
+                 if "predicted_s" in frame.columns else np.full(n, math.nan))
+    return {
+        "submit_s": frame["submit_s"].cast(pl.Float64).to_numpy(),
+        "duration_s": frame["duration_s"].cast(pl.Float64).to_numpy(),
+        "predicted_s": predicted,
+        "tenant": codes.to_numpy(),
+        "weight": weight,
+    }

@@ -76,10 +76,21 @@ def _p(x: Floats, q: float) -> float:
     return float(np.percentile(x, q)) if x.size else math.nan
 
 
+def order_by(codes: Ints, values: Floats) -> Ints:
+    """``np.lexsort((values, codes))`` (by code, then value, then position), as two stable
+    sorts: by value, then by code, which a radix sort does in O(n) for fewer than 65,536
+    codes; the same permutation at about half the cost of ``lexsort`` on a million rows."""
+    by_value = np.argsort(values, kind="stable")
+    c = codes[by_value]
+    if c.size and 0 <= int(c.min()) and int(c.max()) < 1 << 16:
+        c = c.astype(np.uint16)
+    return np.asarray(by_value[np.argsort(c, kind="stable")], dtype=np.int64)
+
+
 def _group_percentile(codes: Ints, values: Floats, counts: Ints, q: float) -> Floats:
     """Per-group ``np.percentile(values[codes == k], q)`` (linear method) for every group ``k``
     with at least one value, all groups at once: O(n log n)."""
-    order = np.lexsort((values, codes))
+    order = order_by(codes, values)
     v = values[order]
     first = np.concatenate(([0], np.cumsum(counts)[:-1]))
     virtual = (q / 100.0) * (counts - 1).astype(np.float64)
@@ -126,7 +137,7 @@ def _busy_runs(codes: Ints, submit: Floats, start: Floats) -> tuple[Ints, Floats
     ev_code = np.concatenate((codes, codes))
     ev_t = np.concatenate((submit, start))
     ev_step = np.concatenate((np.ones(codes.size, np.int64), -np.ones(codes.size, np.int64)))
-    order = np.lexsort((ev_t, ev_code))
+    order = order_by(ev_code, ev_t)
     c, t = ev_code[order], ev_t[order]
     # every tenant's steps sum to zero, so the running total is each tenant's own count
     count = np.cumsum(ev_step[order])
@@ -171,7 +182,7 @@ def _window_lags(
     seg0 = np.concatenate(([0], np.cumsum(counts)[:-1]))
 
     def side(times: Floats) -> tuple[Ints, npt.NDArray[np.longdouble]]:
-        order = np.lexsort((times, codes))
+        order = order_by(codes, times)
         ts = times[order]
         key = codes[order].astype(np.int64) * ranks + np.searchsorted(values, ts)
         prefix = np.concatenate(([0.0], np.cumsum(ts.astype(np.longdouble))))

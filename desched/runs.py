@@ -95,9 +95,13 @@ class RunPolicy(Record):
 
 
 class RunSpeed(Record):
-    """Decisions per second of wall-clock time (None for a run of no measurable length)."""
+    """Decisions per second of wall-clock time (None for a run of no measurable length) and
+    the engine that ran the simulation: ``"python"`` (the event loop over the policy
+    object) or ``"kernel:<policy>"`` (its compiled kernel); None in summaries written
+    before it was recorded."""
 
     decisions_per_s: float | None = None
+    engine: str | None = None
 
 
 class RunMetrics(Record):
@@ -247,17 +251,24 @@ def write_run(
     params: dict[str, Any],
     seed: int,
     window_s: float | None = None,
+    decision_log: bool = True,
 ) -> RunSummary:
-    """Write the run folder and return its summary (also written as ``summary.json``)."""
+    """Write the run folder and return its summary (also written as ``summary.json``);
+    ``decision_log=False`` leaves out ``decision-log.parquet`` (a bench run that does not
+    ingest it). Every column is built from arrays (numpy, polars), none row by row."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tasks = tasks_frame(trace, result)
     decisions = decisions_frame(trace, result, components)
     tasks.write_parquet(out / "tasks.parquet", compression_level=PARQUET_ZSTD_LEVEL)
     decisions.write_parquet(out / "decisions.parquet", compression_level=PARQUET_ZSTD_LEVEL)
-    decision_log_frame(decisions, completions_frame(tasks)).write_parquet(
-        out / "decision-log.parquet", compression_level=PARQUET_ZSTD_LEVEL
-    )
+    log = out / "decision-log.parquet"
+    if decision_log:
+        decision_log_frame(decisions, completions_frame(tasks)).write_parquet(
+            log, compression_level=PARQUET_ZSTD_LEVEL
+        )
+    elif log.exists():
+        log.unlink()  # a stale log of an earlier run in this folder
     summary = summary_of(tasks, result, params=params, seed=seed, window_s=window_s)
     (out / "summary.json").write_text(
         json.dumps(summary.model_dump(), indent=2, allow_nan=True) + "\n")
@@ -298,5 +309,6 @@ def summary_of(
         workers=result.workers,
         seed=seed,
         decisions_per_s=(len(result.decisions.task) / result.wall_s) if result.wall_s else None,
+        engine=result.engine,
         **metrics,
     )

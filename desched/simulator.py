@@ -6,6 +6,12 @@ queue, in trace order; (3) while a worker is idle and the queue is not empty, th
 with the lowest id polls and starts the policy's winner at ``t``. A task runs for exactly its
 ``duration_s``. There is no randomness in the mechanism: a run is a pure function of the
 trace, the policy and its parameters, and the worker count.
+
+Two engines run it: this module's event loop over any ``Policy`` object (``"python"``, the
+reference), and, for the policies with a compiled kernel (``desched.kernels``), one native
+loop over arrays (``"kernel:<policy>"``) with bit-identical start times, workers, scores
+and parts. ``simulate`` picks the kernel when one exists and no gate (caps, priorities) is
+in play, unless told ``engine="python"``; ``SimResult.engine`` says which ran.
 """
 
 from __future__ import annotations
@@ -17,9 +23,10 @@ import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from desched.errors import DeschedError
 from desched.policies.base import Policy
@@ -30,6 +37,8 @@ if TYPE_CHECKING:
 
 ProgressFn = Callable[[int], None]
 PROGRESS_EVERY = 16384
+Engine = Literal["auto", "kernel", "python"]
+ENGINES: tuple[str, ...] = ("auto", "kernel", "python")
 
 
 @dataclass(slots=True)
@@ -56,10 +65,15 @@ class SimResult:
     worker: array  # type: ignore[type-arg]
     decisions: Decisions
     wall_s: float = 0.0
+    engine: str = "python"
+    """``"python"`` (this module's loop) or ``"kernel:<policy>"`` (``desched.kernels``)."""
 
 
 def queue_counts(
-    submit_s: list[float], tenant: list[int], task: array, t: array  # type: ignore[type-arg]
+    submit_s: list[float] | npt.NDArray[np.float64],
+    tenant: list[int] | npt.NDArray[np.int64],
+    task: array,  # type: ignore[type-arg]
+    t: array,  # type: ignore[type-arg]
 ) -> tuple[array, array]:  # type: ignore[type-arg]
     """Queue length and the chosen tenant's backlog at each decision, before its pop.
 
@@ -97,8 +111,13 @@ def simulate(
     *,
     progress: ProgressFn | None = None,
     gate: Gate | None = None,
+    engine: Engine = "auto",
 ) -> SimResult:
     """Run every task of ``tasks`` on ``workers`` workers under ``policy``.
+
+    ``engine``: ``"auto"`` runs the policy's compiled kernel where it has one and ``gate``
+    is None (the policy object is then left untouched), else the Python loop; ``"kernel"``
+    insists on the kernel (an error where none can run); ``"python"`` runs the loop.
 
     Every task starts exactly once, at or after its submission, and runs without preemption.
     Cost: O(n log n) for the event handling plus the policy's own cost per decision.
@@ -111,6 +130,20 @@ def simulate(
         raise DeschedError(f"workers must be >= 1, got {workers}")
     if len(policy) != 0:
         raise DeschedError("the policy must start with an empty queue")
+    name = kernel_for(policy, gate, engine)
+    if name is not None:
+        weight = np.ones(max(1, len(tasks.tenant_names)), dtype=np.float64)
+        for k, w in tasks.tenant_weight.items():
+            weight[k] = w
+        result = simulate_arrays(
+            name, policy.params, policy.components, workers,
+            np.asarray(tasks.submit_s, dtype=np.float64),
+            np.asarray(tasks.duration_s, dtype=np.float64),
+            np.asarray(tasks.predicted_s, dtype=np.float64),
+            np.asarray(tasks.tenant, dtype=np.int64), weight)
+        if progress is not None:
+            progress(len(tasks))
+        return result
     wall0 = time.perf_counter()
     n = len(tasks)
     submit = tasks.submit_s
@@ -207,4 +240,74 @@ def simulate(
         worker=worker_of,
         decisions=decisions,
         wall_s=time.perf_counter() - wall0,
+    )
+
+
+def kernel_for(policy: Policy, gate: Gate | None, engine: Engine = "auto") -> str | None:
+    """The kernel that runs ``policy`` under ``engine`` (module docstring), or None for the
+    Python loop; ``engine="kernel"`` where none can run is an error naming why."""
+    if engine not in ENGINES:
+        raise DeschedError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "python":
+        return None
+    from desched import kernels
+
+    name = kernels.kernel_name(policy)
+    why = None
+    if name is None:
+        why = f"policy {policy.name!r} has no compiled kernel (kernels: {', '.join(kernels.KERNELS)})"
+    elif gate is not None:
+        why = "tenant caps and priority levels run in the Python loop only"
+    elif not kernels.available(name):
+        why = "the kernels cannot be compiled here (llvmlite)"
+    if why is None:
+        return name
+    if engine == "kernel":
+        raise DeschedError(f"--engine kernel: {why}")
+    return None
+
+
+def simulate_arrays(
+    name: str,
+    params: object,
+    components: tuple[str, ...],
+    workers: int,
+    submit_s: npt.NDArray[np.float64],
+    duration_s: npt.NDArray[np.float64],
+    predicted_s: npt.NDArray[np.float64],
+    tenant: npt.NDArray[np.int64],
+    weight: npt.NDArray[np.float64],
+) -> SimResult:
+    """``simulate`` by the compiled kernel of policy ``name`` (``desched.kernels.KERNELS``)
+    over task arrays by position: tenant codes index ``weight`` (1.0: no weight).
+    Precondition: ``desched.kernels.available(name)``. No Python runs per task."""
+    from desched import kernels
+
+    if workers < 1:
+        raise DeschedError(f"workers must be >= 1, got {workers}")
+    wall0 = time.perf_counter()
+    run = kernels.run(name, params, len(components), workers, submit_s, duration_s,
+                      predicted_s, tenant, weight)
+    wall = time.perf_counter() - wall0
+    end = run.start_s + np.asarray(duration_s, dtype=np.float64)
+    d_t = run.start_s[run.task]
+    decisions = Decisions(
+        t=array("d", d_t.tobytes()),
+        worker=array("i", run.worker[run.task].astype(np.int32).tobytes()),
+        task=array("q", run.task.tobytes()),
+        score=array("d", run.score.tobytes()),
+        queue_len=array("q", run.queue_len.tobytes()),
+        tenant_backlog=array("q", run.tenant_backlog.tobytes()),
+        parts=[array("d", np.ascontiguousarray(run.parts[:, j]).tobytes())
+               for j in range(len(components))],
+    )
+    return SimResult(
+        policy=name,
+        workers=workers,
+        start_s=array("d", run.start_s.tobytes()),
+        end_s=array("d", end.tobytes()),
+        worker=array("i", run.worker.astype(np.int32).tobytes()),
+        decisions=decisions,
+        wall_s=wall,
+        engine=f"kernel:{name}",
     )

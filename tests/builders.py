@@ -71,6 +71,8 @@ def workloads(draw: st.DrawFn, max_tasks: int = 40, max_tenants: int = 5) -> Tas
 
 def decision_sequence(tasks: TaskTable, name: str, workers: int, naive: bool) -> list[tuple]:
     """Every decision of policy ``name`` (or its naive twin) as ``(t, worker, task, score,
-    *parts)``."""
-    d = simulate(tasks, make_policy(name, tasks, naive=naive), workers).decisions
+    *parts)``, by the Python event loop over the policy object (the live service's code;
+    the compiled kernels are checked against this loop in tests/test_kernels.py)."""
+    policy = make_policy(name, tasks, naive=naive)
+    d = simulate(tasks, policy, workers, engine="python").decisions
     return list(zip(d.t, d.worker, d.task, d.score, *d.parts))

@@ -31,6 +31,7 @@ E2E_MODULES = {
     "test_service.py",
     "test_service_fuzz.py",
     "test_service_ha.py",
+    "test_service_shutdown.py",
     "test_service_tenancy.py",
     "test_tenant_controls_service.py",
 }
@@ -50,6 +51,7 @@ NOT_E2E: dict[str, tuple[str, ...]] = {
 # 13-19, so about 0.5 s or more on a quiet machine), except the golden decisions, which the
 # inner loop keeps, and modules whose shared fixture is slow. "*" marks a whole module.
 SLOW: dict[str, tuple[str, ...]] = {
+    "test_kernels.py": ("test_every_kernel_agrees_with_the_python_loop_on_a_large_scenario",),
     "test_architecture.py": ("test_the_wheel_claims_only_the_desched_name",),
     "test_enrich.py": ("test_the_pinned_weights_refuse_a_tampered_copy",),
     "test_evaluate.py": ("test_cells_run_on_spawned_processes_equal_the_cells_run_in_this_one",),

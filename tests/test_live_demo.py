@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -73,3 +74,11 @@ def test_live_demo_drains_every_tenant_and_retrains_on_its_logs(tmp_path: Path) 
     memory = out / "models" / "memory"
     assert (memory / (memory / "CHAMPION").read_text().strip() / "model.txt").exists()
     assert "per tenant: tasks done / submitted" in run.stdout
+    # The demo checks its own answers: every acknowledged task done, none lost.
+    ledger = {
+        m[0]: (int(m[1]), int(m[2]), int(m[3]))
+        for m in re.findall(r"^  (\w+) +(\d+) +(\d+) +(\d+)   \S", run.stdout, re.MULTILINE)
+    }
+    assert "per tenant: acknowledged, done, lost" in run.stdout
+    assert ledger == {"flood": (24, 24, 0), "acme": (8, 8, 0), "globex": (8, 8, 0),
+                      "initech": (8, 8, 0)}

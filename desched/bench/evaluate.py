@@ -164,7 +164,7 @@ def run_cell(
     frame = tspec.materialize(seed, workers)
     summary = simulate_summary(frame, pspec.name, dict(pspec.params), workers,
                                window_s=window_s, seed=seed)
-    fields = summary.model_dump(exclude={"decisions_per_s"})
+    fields = summary.model_dump(exclude={"decisions_per_s", "engine"})  # RunSpeed: not a result
     if not per_tenant:
         fields.pop("per_tenant")
     return EvalCell(trace=tspec.spec, trace_name=tspec.name, policy_spec=pspec.spec,

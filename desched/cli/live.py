@@ -25,6 +25,7 @@ from typing import Any
 
 import click
 
+from desched.cli.live_ledger import SubmitLedger
 from desched.cli.service import serve_argv
 from desched.errors import DeschedError
 
@@ -231,15 +232,13 @@ def live_demo(
         )
         click.echo(f"prefect server: {prefect_api} ({time.monotonic() - started:.0f} s)")
 
+        ledger = SubmitLedger()  # every answer counted, every acknowledged id kept
         with httpx.Client(base_url=service_url, timeout=30) as http:
             for start in range(0, len(flood_jobs), 500):
-                r = http.post(
-                    "/v1/tasks",
-                    json=flood_jobs[start : start + 500],
-                    headers={"Authorization": f"Bearer {tokens['flood']}"},
-                )
-                if r.status_code != 201:
-                    raise DeschedError(f"submit failed: {r.status_code} {r.text[:200]}")
+                chunk, key = flood_jobs[start : start + 500], f"flood-{start}"
+                code = ledger.submit(http, "flood", tokens["flood"], chunk, key)
+                if code not in (200, 201):
+                    raise DeschedError(f"submit failed: {code or 'no answer'}")
             click.echo(f"flood submitted {len(flood_jobs)} tasks at once")
 
             stop_submitting = threading.Event()
@@ -251,11 +250,7 @@ def live_demo(
                         for t, items in steady.items():
                             chunk = items[k : k + 2]
                             if chunk:
-                                own.post(
-                                    "/v1/tasks",
-                                    json=chunk,
-                                    headers={"Authorization": f"Bearer {tokens[t]}"},
-                                )
+                                ledger.submit(own, t, tokens[t], chunk, f"{t}-{k}")
                         if stop_submitting.wait(0.5):
                             return
 
@@ -284,6 +279,10 @@ def live_demo(
         click.echo("\nper tenant: tasks done / submitted, wait mean / p99 / max (s)")
         for tenant, n, done, mean, p99, worst in table:
             click.echo(f"  {tenant:8s} {done:4d}/{n:<4d}  {mean:7.2f} {p99:7.2f} {worst:7.2f}")
+        outcomes = ledger.outcomes(state_db, tenants)
+        click.echo("\nper tenant: acknowledged, done, lost (HTTP answers to its submits)")
+        for outcome in outcomes:
+            click.echo(outcome.line())
         service_stop = time.monotonic()
         if not no_pipeline:
             _pipeline(base_env, logs, warehouse, folder)
@@ -291,6 +290,13 @@ def live_demo(
             f"\ndone in {time.monotonic() - started:.0f} s "
             f"(pipeline {time.monotonic() - service_stop:.0f} s); logs and state in {folder}"
         )
+        lost = {o.tenant: o.lost for o in outcomes if o.lost}
+        if lost:
+            raise DeschedError(
+                f"{sum(map(len, lost.values()))} acknowledged tasks were not done ("
+                + ", ".join(f"{t}: {', '.join(ids[:3])}" for t, ids in lost.items())
+                + f"); see {folder / 'service.log'}"
+            )
 
 
 @contextmanager

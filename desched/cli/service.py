@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 from typing import Any
 
 import click
@@ -86,15 +87,53 @@ def serve(
             probe.acquire_writer_lock()  # raises: another service owns this SQLite file
     finally:
         probe.close()
+    _log_with_levels()
     app = create_app(settings)
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         log_level="warning",
         access_log=False,
+        # a backstop: requests still open this long after SIGTERM are cancelled
+        timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s) + 2,
         **_fast_io(),
     )
+    draining_server(config, app.state.scheduler, settings.shutdown_grace_s).run()
+
+
+def _log_with_levels() -> None:
+    """The service's warnings and errors on stderr with their time, level and logger (an
+    ERROR such as "memory and database disagree" must read as one)."""
+    import logging
+
+    service_log = logging.getLogger("desched.service")
+    if not service_log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        service_log.addHandler(handler)
+
+
+def draining_server(config: Any, scheduler: Any, grace_s: float) -> Any:
+    """A uvicorn server that, at the first SIGTERM or SIGINT, also drains the scheduler's
+    writer in a thread of its own (``Scheduler.drain``): requests waiting on a commit get
+    their answer, 503 with ``Retry-After`` for what does not commit within ``grace_s``,
+    before uvicorn waits for them; so the process exits within a few seconds whatever
+    the writer's state (blocked on a database lock, queued writes)."""
+    import uvicorn
+
+    class DrainingServer(uvicorn.Server):
+        draining = False
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            super().handle_exit(sig, frame)
+            if not self.draining:
+                self.draining = True
+                threading.Thread(
+                    target=scheduler.drain, args=(grace_s,), name="desched-drain", daemon=True
+                ).start()
+
+    return DrainingServer(config)
 
 
 def _fast_io() -> dict[str, Any]:

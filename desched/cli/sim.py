@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     import polars as pl
 
     from desched.runs import RunSummary
+    from desched.simulator import Engine
 
 
 TRACE_OPTION = click.option("--trace", "trace_path", required=True,
@@ -45,25 +46,41 @@ def run_policy(
     seed: int,
     window_s: float | None,
     controls: Any = None,
+    *,
+    engine: Engine = "auto",
+    decision_log: bool = True,
 ) -> RunSummary:
     """Simulate one policy over a validated trace and write its run folder; returns the
     summary. ``controls`` (``desched.controls.Controls``) and the trace's ``priority``
-    column apply tenant controls."""
-    from desched.controls import controlled
-    from desched.policies import make_policy
+    column apply tenant controls. ``engine`` (``desched.simulator.simulate``): where the
+    policy's compiled kernel runs, the trace goes to it as arrays, with no task table."""
+    from desched import kernels
+    from desched.controls import controlled, kernel_inputs
+    from desched.policies import check_reads, get_policy, make_policy, parse_params
     from desched.runs import write_run
-    from desched.simulator import simulate
+    from desched.simulator import simulate, simulate_arrays
 
-    tasks, gate = controlled(trace, controls)
-    policy = make_policy(policy_name, tasks, params)
-    with _progress(len(tasks), policy_name) as bar:
-        done = [0]
+    inputs = None
+    if engine != "python" and kernels.available(policy_name):
+        inputs = kernel_inputs(trace, controls)
+    if inputs is not None:
+        cls = get_policy(policy_name)
+        parsed = parse_params(policy_name, params)
+        check_reads(policy_name, "predicted_s" in trace.columns)  # validated: no NaN
+        result = simulate_arrays(policy_name, parsed, cls.components, workers, **inputs)
+        components, params_used = cls.components, parsed.model_dump()
+    else:
+        tasks, gate = controlled(trace, controls)
+        policy = make_policy(policy_name, tasks, params)
+        with _progress(len(tasks), policy_name) as bar:
+            done = [0]
 
-        def tick(n: int) -> None:
-            bar.update(n - done[0])
-            done[0] = n
+            def tick(n: int) -> None:
+                bar.update(n - done[0])
+                done[0] = n
 
-        result = simulate(tasks, policy, workers, progress=tick, gate=gate)
+            result = simulate(tasks, policy, workers, progress=tick, gate=gate, engine=engine)
+        components, params_used = policy.components, policy.params.model_dump()
     if controls is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "controls.json").write_text(json.dumps(
@@ -72,10 +89,11 @@ def run_policy(
         out_dir,
         trace,
         result,
-        components=policy.components,
-        params=policy.params.model_dump(),
+        components=components,
+        params=params_used,
         seed=seed,
         window_s=window_s,
+        decision_log=decision_log,
     )
 
 
@@ -159,9 +177,16 @@ def import_swf(log: Path, out: Path, rejected: Path | None) -> None:
               type=click.Path(dir_okay=False, path_type=Path),
               help="Tenant controls (TOML, JSON or CSV: tenant, weight, cap, rate, burst); "
                    "a trace column 'priority' sets priority levels (README, tenant controls).")
+@click.option("--engine", type=click.Choice(["auto", "kernel", "python"]), default="auto",
+              show_default=True,
+              help="auto: the policy's compiled kernel where it has one and no cap or "
+                   "priority level applies, else the Python loop; kernel: insist on it; "
+                   "python: the Python loop (the reference). summary.json names the engine.")
+@click.option("--no-decision-log", "no_decision_log", is_flag=True,
+              help="Leave out decision-log.parquet (tasks, decisions and summary stay).")
 def simulate(
     trace_path: Path, policy: str, workers: int, out: Path, seed: int, window_s: float | None,
-    tenants_file: Path | None,
+    tenants_file: Path | None, engine: Engine, no_decision_log: bool,
 ) -> None:
     """Simulate a policy over a trace; write tasks, decisions, decision log and summary.
 
@@ -176,7 +201,7 @@ def simulate(
     controls = None if tenants_file is None else Controls.read(tenants_file)
     name, params = policy_spec(policy)
     summary = run_policy(read_trace(trace_path), name, params, workers, out, seed, window_s,
-                         controls)
+                         controls, engine=engine, decision_log=not no_decision_log)
     click.echo(
         f"{out}: {summary.tasks} tasks, mean wait {summary.mean_wait_s:.1f} s, "
         f"p99 response {summary.p99_response_s:.1f} s, Jain {summary.jain_slowdown:.3f}, "

@@ -135,6 +135,15 @@ def parse_params(name: str, raw: dict[str, str] | None) -> PolicyParams:
         raise DeschedError(f"policy {name!r}: parameter {where!r}: {err['msg']}") from None
 
 
+def check_reads(name: str, has_predictions: bool) -> None:
+    """Refuse policy ``name`` where it reads ``predicted_s`` and the tasks lack it."""
+    if "predicted_s" in get_policy(name).reads and not has_predictions:
+        raise DeschedError(
+            f"policy {name!r} ranks on 'predicted_s', which the trace lacks or has NaN in "
+            "(run `desched predict` first)"
+        )
+
+
 def make_policy(
     name: str,
     tasks: TaskTable,
@@ -149,10 +158,6 @@ def make_policy(
     cls = get_policy(name)
     if not isinstance(params, PolicyParams):
         params = parse_params(name, params)
-    if "predicted_s" in cls.reads and not tasks.has_predictions:
-        raise DeschedError(
-            f"policy {name!r} ranks on 'predicted_s', which the trace lacks or has NaN in "
-            "(run `desched predict` first)"
-        )
+    check_reads(name, tasks.has_predictions)
     impl = cls.naive if naive else cls
     return impl(tasks, params)

@@ -12,7 +12,8 @@ weights go to the scheduler's task table, where the counting policies read them;
 ``Gate`` keeps, per tenant, the tasks leased now and the priority levels queued, and chooses
 what a poll gets under the caps and priorities through the policy's ``pop_fitting`` /
 ``pop_sequence`` and ``take`` (a skipped capped tenant leaves no trace in the policy); the
-``RateLimits`` refuse a submit over the tenant's token bucket with 429 and ``Retry-After``.
+``RateLimits`` refuse a submit over the tenant's token bucket with 429 and ``Retry-After``,
+and one larger than the whole bucket (its burst), which no wait lets pass, with 413.
 
 The tasks of a tenant at its cap are left out of the poll's walk of the policy and do not
 count towards ``max_fit_skips``, so that caps never leave a worker idle while another
@@ -26,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from desched.controls import Controls, Gate, RateLimits
-from desched.service.errors import TooManyRequests
+from desched.service.errors import TooLarge, TooManyRequests
 from desched.trace import TaskTable
 
 
@@ -53,18 +54,19 @@ class Admission:
         self.limits.set_controls(controls)
 
     def check_submit(self, tenant: str, n: int, now: float) -> None:
-        """Take ``n`` tokens of ``tenant``'s bucket, or refuse the whole submit."""
+        """Take ``n`` tokens of ``tenant``'s bucket, or refuse the whole submit: 429 when a
+        wait lets it pass, 413 when ``n`` exceeds the burst."""
         wait = self.limits.take(tenant, now, n)
         if wait == 0:
             return
-        self.rate_limited += 1
         control = self.controls.of(tenant)
-        if math.isinf(wait):
-            raise TooManyRequests(
-                f"a submit of {n} tasks exceeds tenant {tenant!r}'s burst of "
-                f"{control.bucket:g}: submit at most {int(control.bucket)} at once",
-                retry_after_s=max(1, math.ceil(n / (control.rate or 1.0))),
+        if math.isinf(wait):  # no wait lets it pass: a size limit, not a rate limit
+            raise TooLarge(
+                f"a submit of {n} tasks can never pass tenant {tenant!r}'s burst of "
+                f"{control.bucket:g}: split it into submits of at most "
+                f"{int(control.bucket)} tasks"
             )
+        self.rate_limited += 1
         raise TooManyRequests(
             f"tenant {tenant!r} is over its rate limit of {control.rate:g} tasks/s "
             f"(burst {control.bucket:g}); retry in {wait:.3f} s",

@@ -103,19 +103,35 @@ def lease_response(grant: Grant) -> JSONResponse:
     return LeaseResponse(lease_json(grant))
 
 
+STORAGE_RETRY_S = 2
+"""``Retry-After`` of a 503 for a database error (unreachable, read-only, full)."""
+
+
 def refusal(exc: ServiceError | DeschedError) -> JSONResponse:
     """A refused request: ``{"detail": ...}`` with the error's status (400 for a plain
-    ``DeschedError``) and, for a 503 that knows it and a 429, ``Retry-After``."""
+    ``DeschedError``). A 503 or 429 also says when to retry: the ``Retry-After`` header and
+    the same in the body, ``{"detail", "retry": true, "retry_after_s"}`` (nothing was
+    acknowledged; a submit retries with the same ``Idempotency-Key``)."""
     status = exc.status if isinstance(exc, ServiceError) else 400
     after = exc.retry_after_s if isinstance(exc, Unavailable | TooManyRequests) else None
-    headers = None if after is None else {"Retry-After": str(after)}
-    return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
+    if after is None:
+        return JSONResponse({"detail": str(exc)}, status_code=status)
+    return retry_later(str(exc), status, after)
+
+
+def retry_later(detail: str, status: int, after_s: int) -> JSONResponse:
+    """A 503 or 429 a client retries after ``after_s`` seconds (header and body)."""
+    return JSONResponse(
+        {"detail": detail, "retry": True, "retry_after_s": after_s},
+        status_code=status,
+        headers={"Retry-After": str(after_s)},
+    )
 
 
 def storage_error(exc: Exception) -> JSONResponse:
-    """A database error: 503, naming only the error's class."""
+    """A database error: 503 naming only the error's class, retry in ``STORAGE_RETRY_S``."""
     logger.error("storage error: %s", exc)
-    return JSONResponse({"detail": f"storage unavailable ({type(exc).__name__})"}, status_code=503)
+    return retry_later(f"storage unavailable ({type(exc).__name__})", 503, STORAGE_RETRY_S)
 
 
 def storage_errors() -> tuple[type[Exception], ...]:

@@ -5,10 +5,12 @@ Every route names its role's bearer token in OpenAPI. Refusals are JSON ``{"deta
 with a 4xx status: 401 without a known, unrevoked, unexpired token, 403 for the wrong role
 or another worker's lease, 404 for a task the tenant does not own, 409 for a late or stale
 lease, a reused idempotency key or a cancel of a task that ended, 410 for a lease of a task
-its tenant cancelled, 413 for a body over ``max_body_bytes``, 422 for a malformed body (a
-value of the wrong JSON type included: request bodies are strict). A database that cannot be
-reached gives 503; so does every route of a service that stands by (another one holds the
-database's writer lock), with ``Retry-After``. ``/healthz`` is the readiness check (503 while
+its tenant cancelled, 413 for a body over ``max_body_bytes`` or a submit of more tasks than
+its tenant's burst, 422 for a malformed body (a value of the wrong JSON type included:
+request bodies are strict). A database that cannot be reached or did not commit gives 503,
+as does every route of a service that is stopping or stands by (another one holds the
+database's writer lock); every 503 says when to retry (``Retry-After``, and ``retry`` and
+``retry_after_s`` in the body) and acknowledges nothing. ``/healthz`` is the readiness check (503 while
 standing by), ``/livez`` the liveness check.
 
 The routes here are the reference request path. Well-formed polls and completions of known
@@ -54,7 +56,7 @@ from desched.service.answers import (
 from desched.service.asgi import ASGIApp, BodyLimit, Receive, Scope, Send
 from desched.service.clock import Clock
 from desched.service.decision_log import DecisionLog
-from desched.service.errors import Forbidden, ServiceError, Unauthorized
+from desched.service.errors import Forbidden, ServiceError, Unauthorized, Unavailable
 from desched.service.hot_path import HotPath
 from desched.service.records import NewTask, Role
 from desched.service.scheduler import Scheduler
@@ -111,6 +113,8 @@ class Housekeeper(threading.Thread):
                 self.scheduler.refresh_controls()
                 self.scheduler.refresh_policy()
                 self.scheduler.save_policy_state()
+            except Unavailable:  # the writer takes no more writes: the service is stopping
+                continue
             except Exception:  # keep sweeping; the next round retries
                 logger.exception("housekeeping failed")
 
@@ -168,8 +172,8 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
             yield
         finally:
             keeper.stopped.set()
-            keeper.join(timeout=5)
-            sched.stop()
+            keeper.join(timeout=2)  # a daemon: one stuck on the database is left behind
+            sched.stop(settings.shutdown_grace_s)
 
     app = ServiceApp(
         title="desched",
@@ -179,11 +183,17 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
         responses={
             401: {"model": m.Problem, "description": "missing or unknown token"},
             403: {"model": m.Problem, "description": "token of the wrong role"},
-            413: {"model": m.Problem, "description": "body too large"},
+            413: {
+                "model": m.Problem,
+                "description": "body too large, or a submit of more tasks than the tenant's "
+                "burst (split it)",
+            },
             422: {"model": m.Problem, "description": "malformed request"},
             503: {
                 "model": m.Problem,
-                "description": "database unreachable, or this service stands by (Retry-After)",
+                "description": "nothing acknowledged: the database is unreachable or did not "
+                "commit, the service is stopping, or it stands by; retry after Retry-After "
+                "(also retry_after_s in the body), a submit with the same Idempotency-Key",
             },
         },
     )

@@ -203,3 +203,21 @@ def completion_record(
         "predicted_s": task.predicted_s,
         "predicted_mem_mb": task.predicted_mem_mb,
     }
+
+
+def completion_line(
+    log: DecisionLog | None,
+    now: float,
+    task: LiveTask,
+    worker: str | None,
+    worker_id: str | None,
+    status: str,
+    duration_s: float,
+    peak_mem_mb: float | None,
+) -> Callable[[], None] | None:
+    """What writes ``task``'s outcome to ``log``, for the writer to run once the outcome's
+    write commits (``Writer.add(after=...)``); None without a log."""
+    if log is None:
+        return None
+    record = completion_record(task, worker, worker_id, status, duration_s, peak_mem_mb)
+    return log.line("completion", now, record)

@@ -8,6 +8,8 @@ after which memory is rebuilt from the database.
 
 from __future__ import annotations
 
+from typing import Any
+
 from desched.errors import DeschedError
 
 
@@ -56,12 +58,22 @@ class TooManyRequests(ServiceError):
         self.retry_after_s: int | None = retry_after_s
 
 
+class TooLarge(ServiceError):
+    """A submit of more tasks than its tenant's burst: no wait lets it pass, so it is 413,
+    not 429; the client splits it."""
+
+    status = 413
+
+
 class Unavailable(ServiceError):
-    """The database cannot take the write now (shutting down, unreachable, too slow)."""
+    """The database cannot take the write now (shutting down, unreachable, too slow, a
+    failed commit). Nothing the request asked for is acknowledged: a retry after
+    ``retry_after_s`` (with the same ``Idempotency-Key`` for a submit) is safe and converges
+    to exactly one result."""
 
     status = 503
-    retry_after_s: int | None = None
-    """Seconds a client should wait before retrying (the ``Retry-After`` header), if known."""
+    retry_after_s: int | None = 1
+    """Seconds a client should wait before retrying (the ``Retry-After`` header)."""
 
 
 class Standby(Unavailable):
@@ -79,4 +91,10 @@ class LostLeadership(Unavailable):
 
 
 class StaleWrite(Unavailable):
-    """A conditional write matched fewer rows than it must: memory and database disagree."""
+    """A conditional write matched fewer rows than it must: memory and database disagree
+    (a bug, or a row changed behind the service's back). ``evidence`` says which write and
+    which row; memory is rebuilt from the database before the batch's callers hear of it."""
+
+    evidence: Any = None
+    """The first write that matched no row, with its row as committed
+    (``disagreements.StaleRow``), once the writer has found it."""

@@ -24,7 +24,9 @@ Invariants, each enforced under one lock (``lock``):
   once it is recorded, and a completion is a conditional update (``state = 'leased' AND
   lease_id = ?``): a task is completed at most once whatever the retries, crashes and
   restarts. A batch that fails to commit fails every caller waiting on it (503) and memory
-  is rebuilt from the database, which then holds exactly what was acknowledged.
+  is rebuilt from the database, which then holds exactly what was acknowledged. A write
+  that finds its row otherwise than memory held it is a bug (``disagreements``): logged at
+  ERROR with the evidence and counted in ``/metrics`` before the rebuild.
 - Every live task is in exactly one of: queued (in ``queued`` and in the policy), leased (in
   the lease book). A lease that passes ``lease_expires_at`` without a heartbeat puts its task
   back in the queue (or dead-letters it after ``max_retries`` retries); so does ``fail``. The
@@ -77,7 +79,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from desched.errors import DeschedError
@@ -88,9 +90,10 @@ from desched.service.clock import Clock
 from desched.service.decision_log import (
     DecisionLog,
     cancel_record,
-    completion_record,
+    completion_line,
     decision_record,
 )
+from desched.service.disagreements import report
 from desched.service.dispatch import pop_fitting
 from desched.service.errors import (
     Conflict,
@@ -98,6 +101,7 @@ from desched.service.errors import (
     Gone,
     LostLeadership,
     NotFound,
+    StaleWrite,
     Standby,
     Unavailable,
 )
@@ -215,7 +219,8 @@ class Scheduler:
         if self._wanted is not None:
             self.host.check(self._wanted.name, self._wanted.params)
         with self.lock:
-            self.store.migrate()
+            with self.read_lock:
+                self.store.migrate()
             if self.write_store.try_writer_lock():
                 self._activate()
             elif self.write_store.dialect is Dialect.SQLITE:
@@ -226,10 +231,10 @@ class Scheduler:
 
     def _activate(self) -> None:
         """Serve: record the policy asked for, rebuild memory from the database (the saved
-        policy state included) and take the token epoch. Under the lock, holding the
-        writer lock."""
+        policy state included) and take the token epoch. Under the lock, in the thread that
+        owns ``write_store``, which holds the writer lock and records the policy."""
         if self._wanted is not None:
-            self.store.set_policy(self._wanted.name, self._wanted.params)
+            self.write_store.set_policy(self._wanted.name, self._wanted.params)
         with self.read_lock:
             spec = PolicySpec.recorded(self.store.recorded_policy(), self.host.default.name)
         if spec.config is None:
@@ -266,8 +271,9 @@ class Scheduler:
         try:
             if store.holds_writer_lock:
                 store.ping()
-                return
-            if not store.try_writer_lock():
+                if self.active:
+                    return  # else a takeover whose rebuild failed: try it again
+            elif not store.try_writer_lock():
                 return
         except LostLeadership as exc:
             with self.lock:
@@ -289,20 +295,40 @@ class Scheduler:
                 "lock); retry, here or at another address"
             )
 
-    def stop(self) -> None:
-        """Save the policy's state, commit what is queued and stop the writer; close both
-        connections (idempotent)."""
-        if self.writer.is_alive() and self.active:
+    def drain(self, timeout_s: float = 30.0) -> None:
+        """Save the policy's state, then accept no more writes: what is queued commits, and
+        what has not committed ``timeout_s`` after the first call fails with 503
+        (``Writer.stop``), so no request waits on a writer blocked on a database lock.
+        Idempotent; ``stop`` calls it, and ``desched serve`` calls it at SIGTERM, before the
+        HTTP server waits for the requests in flight."""
+        held = self.writer.is_alive() and self.active and self.lock.acquire(timeout=1.0)
+        if held:
             try:
-                self.save_policy_state(force=True)
-            except Unavailable:
+                write = self.host.state_write(self.clock(), True) if self.active else None
+                if write is not None:
+                    self.writer.add([write])
+            except Unavailable:  # stopping already
                 pass
-        self.writer.stop()
-        with self.lock, self.read_lock:
-            if self.log is not None:
-                self.log.close()
-            self.store.close()
-            self.write_store.close()
+            finally:
+                self.lock.release()
+        self.writer.stop(timeout_s)
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """``drain``, then close both connections (idempotent); one a stuck writer still
+        uses is left for the process's exit to drop."""
+        self.drain(timeout_s)
+        if not self.lock.acquire(timeout=1.0):
+            logger.error("stopping without closing the database: the scheduler lock is held")
+            return
+        try:
+            with self.read_lock:
+                if self.log is not None:
+                    self.log.close()
+                self.store.close()
+                if not self.writer.is_alive():
+                    self.write_store.close()
+        finally:
+            self.lock.release()
 
     def _rebuild(self, spec: PolicySpec) -> None:
         """Memory from the database: every queued and leased task, then the policy's index
@@ -330,8 +356,12 @@ class Scheduler:
             with self.lock:
                 self._demote(exc)
             return
-        logger.error("commit failed, rebuilding state from the database: %s", exc)
         with self.lock:
+            if isinstance(exc, StaleWrite):  # a bug, or a row changed behind our back
+                self.counters.state_disagreements += 1
+                report(exc, self.live, self.ending)
+            else:
+                logger.error("commit failed, rebuilding state from the database: %s", exc)
             self.writer.fail_queued(exc)
             self.keys.clear()
             try:
@@ -601,8 +631,8 @@ class Scheduler:
                 peak_mem_mb=peak_mem_mb,
                 result_ref=result_ref,
             )
-            logged = self._completion_line(
-                now, task, task.worker, task.worker_id, "ok", duration_s, peak_mem_mb
+            logged = completion_line(
+                self.log, now, task, task.worker, task.worker_id, "ok", duration_s, peak_mem_mb
             )
             pending = self.writer.add([write], after=logged)
             self.leases.release(i)
@@ -657,11 +687,11 @@ class Scheduler:
                 record = cancel_record(task, was, worker, worker_id)
                 logged = self.log.line("cancel", now, record)
             if task.lease_id is None:
+                pending = self.writer.add([cancel_write(task.seq, None, now)], after=logged)
                 self.host.policy.remove(i, now)
                 self.admission.gate.unqueued(i)
                 self.queued.discard(i)
                 self.backlog[task.tenant] -= 1
-                pending = self.writer.add([cancel_write(task.seq, None, now)], after=logged)
                 self.counters.cancelled_queued += 1
             else:
                 held = self.leases.release(i)
@@ -680,8 +710,8 @@ class Scheduler:
         retries or not ``retryable``."""
         if not retryable or task.attempts > self.max_retries:
             ran_s = now - task.start_s
-            logged = self._completion_line(
-                now, task, held.worker, held.worker_id, "failed", ran_s, None
+            logged = completion_line(
+                self.log, now, task, held.worker, held.worker_id, "failed", ran_s, None
             )
             write = dead_letter_write(task.seq, held.lease_id, error, now)
             pending = self.writer.add([write], after=logged)
@@ -729,23 +759,6 @@ class Scheduler:
             if self._stale:
                 self._rebuild(self.host.spec)
             return self._expire(self.clock())
-
-    def _completion_line(
-        self,
-        now: float,
-        task: LiveTask,
-        worker: str | None,
-        worker_id: str | None,
-        status: str,
-        duration_s: float,
-        peak_mem_mb: float | None,
-    ) -> Callable[[], None] | None:
-        """What writes ``task``'s outcome to the decision log, for the writer to run once the
-        outcome's write commits (``Writer.add(after=...)``); None without a log."""
-        if self.log is None:
-            return None
-        record = completion_record(task, worker, worker_id, status, duration_s, peak_mem_mb)
-        return self.log.line("completion", now, record)
 
     def health(self) -> dict[str, Any]:
         with self.lock:

@@ -151,6 +151,14 @@ class CancelOut(Body):
 
 class Problem(Body):
     detail: str | list[object]
+    retry: bool | None = Field(
+        None,
+        description="on a 503 or 429: true, nothing was acknowledged and the same request "
+        "may be retried (a submit with the same Idempotency-Key) after retry_after_s",
+    )
+    retry_after_s: int | None = Field(
+        None, description="seconds to wait before that retry (also the Retry-After header)"
+    )
 
 
 class Health(Body):

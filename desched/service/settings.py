@@ -78,6 +78,13 @@ class ServiceSettings(DeschedSettings):
         description="how often a standby service (PostgreSQL: another one holds the writer "
         "lock) tries to take over, and an active one checks its writer session",
     )
+    shutdown_grace_s: float = Field(
+        3.0,
+        gt=0,
+        le=300,
+        description="at SIGTERM, how long the writes already queued get to commit; what has "
+        "not committed by then is answered 503 with Retry-After, and the process exits",
+    )
     predictor_registry: Path | None = Field(
         Path("models/duration"),
         description="model registry whose champion predicts durations at submit; None or a "

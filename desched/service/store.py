@@ -152,6 +152,8 @@ VIEW_COLUMNS = (
     "result_ref",
     "error",
 )
+ROW_COLUMNS = ("seq", "task_id", "state", "attempts", "worker", "lease_id")
+"""What ``task_row`` reads: the columns a conditional write's ``WHERE`` names, and who."""
 ADDED_COLUMNS = (
     ("tasks", "predicted_mem_mb", "DOUBLE PRECISION"),
     ("principals", "expires_at", "DOUBLE PRECISION"),
@@ -473,7 +475,11 @@ class Store:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """A write transaction: committed on normal exit, rolled back on an exception."""
+        """A write transaction: committed on normal exit, rolled back on an exception. A
+        COMMIT that fails (a deferred constraint, a full disk, a busy database) rolls back
+        too and raises: the connection is never left inside a transaction. (psycopg's own
+        transaction block does the same on PostgreSQL, where a failed COMMIT ends the
+        transaction anyway.)"""
         if self.dialect is Dialect.POSTGRES:
             self._alive()
             with self.conn.transaction():
@@ -482,10 +488,14 @@ class Store:
         self.conn.execute("BEGIN IMMEDIATE")
         try:
             yield
+            self.conn.execute("COMMIT")
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            if self.conn.in_transaction:  # SQLite may have rolled back already
+                try:
+                    self.conn.execute("ROLLBACK")
+                except sqlite3.Error:  # the error that got us here is the one to report
+                    pass
             raise
-        self.conn.execute("COMMIT")
 
     def migrate(self) -> None:
         """Create the tables if they do not exist, and add the columns later versions added
@@ -764,6 +774,13 @@ class Store:
         cols = ", ".join(VIEW_COLUMNS)
         row = self.execute(f"SELECT {cols} FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
         return dict(zip(VIEW_COLUMNS, row)) if row else None
+
+    def task_row(self, seq: int) -> dict[str, Any] | None:
+        """Task ``seq``'s state and lease columns (``ROW_COLUMNS``), as committed; None if
+        there is no such row."""
+        cols = ", ".join(ROW_COLUMNS)
+        row = self.execute(f"SELECT {cols} FROM tasks WHERE seq = ?", (seq,)).fetchone()
+        return dict(zip(ROW_COLUMNS, row)) if row else None
 
     def task_state(self, task_id: str) -> str | None:
         row = self.execute("SELECT state FROM tasks WHERE task_id = ?", (task_id,)).fetchone()

@@ -55,6 +55,7 @@ class Counters:
     cancelled_leased: int = 0
     takeovers: int = 0
     demotions: int = 0
+    state_disagreements: int = 0
     latency_sum_s: float = 0.0
     latency_buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_S) + 1))
 
@@ -104,6 +105,15 @@ _COUNTERS = (
         "desched_demotions",
         "Times this process lost the writer lock to another service and stood by.",
         "demotions",
+    ),
+    (
+        "desched_state_disagreements",
+        (
+            "Batches that failed because a conditional write found its row otherwise than "
+            "memory held it (a bug, or a row changed behind the service's back; logged at "
+            "ERROR with the evidence). 0 in normal operation."
+        ),
+        "state_disagreements",
     ),
     (
         "desched_unfit_skips",

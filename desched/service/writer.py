@@ -14,7 +14,17 @@ Invariants:
   failed batch they never run.
 - After a failed batch, ``on_failure`` runs (the scheduler rebuilds its memory from the
   database) before any waiter of the batch wakes up and before the next batch is taken.
-- After ``stop`` no write is accepted (``Unavailable``); what was queued before is committed.
+- Every write that ``add`` accepts ends in exactly one of: committed and its ``Pending``
+  resolved, or its ``Pending`` failed with an exception. No path drops one: a timed-out
+  idle wait that re-takes the lock after an ``add`` commits that batch; a ``Pending`` is
+  resolved at most once (a late outcome of one already failed is ignored); and when the
+  thread ends for any reason, every write still queued or in flight fails (``Unavailable``).
+- After ``stop`` no write is accepted (``Unavailable``); what was queued before is committed
+  within ``stop``'s ``timeout_s``, and what is not committed by then fails (``Unavailable``,
+  retry later): a writer blocked on a database lock never keeps a caller waiting past it.
+  The one write whose waiter may hear 503 and yet commit is the batch in flight at that
+  deadline (if its lock comes free before the process exits): the contract's "a retry with
+  the same Idempotency-Key converges" case.
 - Nothing is written through a connection that does not hold the writer lock (``Standby``).
   Every ``idle_s`` without writes the thread calls ``on_idle`` (the scheduler's standby
   poll and session check), which may use ``store``: the thread owns the connection.
@@ -29,9 +39,11 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 
+from desched.service.disagreements import find_stale
 from desched.service.errors import StaleWrite, Standby, Unavailable
 from desched.service.store import Store, Write
 
@@ -45,6 +57,33 @@ def wait(pending: Pending | None, timeout: float | None = 30.0) -> None:
     """Block until ``pending`` is committed (synchronous callers and tests)."""
     if pending is not None:
         pending.result(timeout)
+
+
+def settle(waiters: Sequence[Pending], exc: BaseException | None = None) -> None:
+    """Resolve each of ``waiters`` (with ``exc`` when given), skipping any already done: a
+    ``Pending`` hears one outcome, the first."""
+    for w in waiters:
+        if w.done():
+            continue
+        try:
+            if exc is None:
+                w.set_result(None)
+            else:
+                w.set_exception(exc)
+        except InvalidStateError:  # settled meanwhile by another thread (``stop``)
+            pass
+
+
+SHUTTING_DOWN_RETRY_S = 1
+"""``Retry-After`` of a write refused or failed because the service is shutting down."""
+
+
+def shutting_down(detail: str) -> Unavailable:
+    """The 503 of a write the stopping writer will not commit: retry (with the same
+    ``Idempotency-Key``) after ``SHUTTING_DOWN_RETRY_S``, here once restarted or elsewhere."""
+    exc = Unavailable(f"{detail}; retry (with the same Idempotency-Key) in a moment")
+    exc.retry_after_s = SHUTTING_DOWN_RETRY_S
+    return exc
 
 
 class Writer(threading.Thread):
@@ -68,17 +107,20 @@ class Writer(threading.Thread):
         self.writes: list[Write] = []
         self.waiters: list[Pending] = []
         self.afters: list[Callable[[], None]] = []
+        self.in_flight: list[Pending] = []
+        """The waiters of the batch being committed (so ``stop`` can fail them)."""
         self.stopping = False
         self.batches = 0
+        self._stop_deadline: float | None = None
 
     def add(self, writes: Sequence[Write], after: Callable[[], None] | None = None) -> Pending:
         """Queue ``writes`` (possibly none: a barrier) for the next batch; ``after`` runs in
         this thread once they commit, before any waiter of the batch wakes (never if the
-        batch fails)."""
+        batch fails). ``Unavailable`` once ``stop`` was called or the thread ended."""
         done: Pending = Future()
         with self.cond:
             if self.stopping:
-                raise Unavailable("the service is shutting down")
+                raise shutting_down("the service is shutting down")
             self.writes.extend(writes)
             self.waiters.append(done)
             if after is not None:
@@ -90,18 +132,47 @@ class Writer(threading.Thread):
         """Fail every write queued but not yet taken (their memory state is being reset)."""
         with self.cond:
             waiters, self.writes, self.waiters, self.afters = self.waiters, [], [], []
-        for w in waiters:
-            w.set_exception(exc)
+        settle(waiters, exc)
 
-    def stop(self) -> None:
-        """Commit what is queued, then end the thread."""
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Accept no more writes; commit what is queued, then end the thread. Whatever is not
+        committed ``timeout_s`` after the first ``stop`` (the writer is blocked on a database
+        lock, or was never started) fails with ``Unavailable``: no caller waits longer.
+        Idempotent; a later call waits no longer than the first one's deadline."""
         with self.cond:
             self.stopping = True
+            if self._stop_deadline is None:
+                self._stop_deadline = time.monotonic() + timeout_s
+            deadline = self._stop_deadline
             self.cond.notify()
         if self.ident is not None:
-            self.join(timeout=30)
+            self.join(timeout=max(0.0, deadline - time.monotonic()))
+        if self.ident is None or self.is_alive():
+            if self.is_alive():
+                logger.error(
+                    "the writer did not finish within %.1f s of stop: failing its writes",
+                    timeout_s,
+                )
+            self._abandon(shutting_down("the service stopped before this write committed"))
+
+    def _abandon(self, exc: BaseException) -> None:
+        """Refuse new writes and fail every write queued or in flight with ``exc``."""
+        with self.cond:
+            self.stopping = True
+            waiters = [*self.in_flight, *self.waiters]
+            self.writes, self.waiters, self.afters = [], [], []
+        settle(waiters, exc)
 
     def run(self) -> None:
+        try:
+            self._loop()
+        except BaseException:
+            logger.exception("the writer thread failed: failing every write it holds")
+            raise
+        finally:
+            self._abandon(shutting_down("the writer thread ended before this write committed"))
+
+    def _loop(self) -> None:
         while True:
             with self.cond:
                 idle = False
@@ -120,6 +191,7 @@ class Writer(threading.Thread):
                         return
                     writes, waiters, afters = self.writes, self.waiters, self.afters
                     self.writes, self.waiters, self.afters = [], [], []
+                    self.in_flight = waiters
             if idle:
                 assert self.on_idle is not None
                 try:
@@ -134,15 +206,18 @@ class Writer(threading.Thread):
                     self.on_failure(exc)  # memory is rebuilt before any waiter wakes up
                 except Exception:  # the writer must outlive a failed recovery
                     logger.exception("recovery after a failed commit failed")
-                for w in waiters:
-                    w.set_exception(exc)
+                self._settle_batch(waiters, exc)
                 continue
             self.batches += 1
             if afters:
                 self._run_afters(afters)
-            for w in waiters:
-                w.set_result(None)
+            self._settle_batch(waiters, None)
 
+    def _settle_batch(self, waiters: list[Pending], exc: BaseException | None) -> None:
+        """Tell the batch's waiters its outcome; it is no longer in flight."""
+        with self.cond:
+            self.in_flight = []
+        settle(waiters, exc)
     def _run_afters(self, afters: list[Callable[[], None]]) -> None:
         """The committed batch's ``after`` callables, then ``after_batch``; a failure is
         logged and does not keep the waiters from hearing of their commit."""
@@ -155,17 +230,23 @@ class Writer(threading.Thread):
             logger.exception("after-commit callback failed")
 
     def commit(self, writes: list[Write]) -> None:
-        """One transaction: every write changes its one row, or none is kept."""
+        """One transaction: every write changes its one row, or none is kept. A write that
+        changes none fails the batch with ``StaleWrite``, carrying the evidence
+        (``disagreements.find_stale``) once the batch is rolled back."""
         if not writes:
             return
         if not self.store.holds_writer_lock:
             raise Standby("this service does not hold the writer lock")
-        with self.store.transaction():
-            for sql, group in itertools.groupby(writes, key=lambda w: w.sql):
-                rows = [w.params for w in group]
-                changed = self.store.executemany(sql, rows)
-                if changed != len(rows):
-                    raise StaleWrite(
-                        f"{len(rows) - changed} of {len(rows)} conditional writes matched no "
-                        "row (memory and database disagree; state reloaded)"
-                    )
+        try:
+            with self.store.transaction():
+                for sql, group in itertools.groupby(writes, key=lambda w: w.sql):
+                    rows = [w.params for w in group]
+                    changed = self.store.executemany(sql, rows)
+                    if changed != len(rows):
+                        raise StaleWrite(
+                            f"{len(rows) - changed} of {len(rows)} conditional writes matched "
+                            "no row (memory and database disagree; state reloaded)"
+                        )
+        except StaleWrite as exc:
+            exc.evidence = find_stale(self.store, writes)
+            raise

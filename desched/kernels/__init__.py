@@ -1,0 +1,295 @@
+"""Compiled simulation kernels: the event loop and a policy's rule in one native loop.
+
+``desched.simulator.simulate`` runs a policy object under a Python event loop: the
+reference, and the only engine for a policy without a kernel or a run with concurrency caps
+or priority levels (``desched.controls.Gate``). For the policies in ``KERNELS`` the same
+run is one call of native code compiled from ``desched.kernels.source`` (a typed subset of
+Python, ``desched.structures.kernelc``): the same semantics, the same float operations, so
+the start times, workers, scores and parts are bit-identical to the Python loop's
+(tests/test_kernels.py, on generated traces with ties, bursts and tenant weights). Tenant
+weights and rate limits (shaped submit times) are supported; caps and priorities are not.
+
+Cost: the first use in a process loads the compiled code, from the cache under
+``desched/kernels/__pycache__`` (about 0.05 s of CPU), or compiles it there (about 0.6 s,
+once per machine and source version; ``DESCHED_KERNEL_CACHE`` moves the folder); a run is
+O(n log n) for the events plus the policy's cost per decision, with no Python per task. Per
+decision: fifo O(1); sjf-*, guarded-sjf O(log n); round-robin O(log m); the IFS family a
+scan of the K backlogged tenants, as the policy objects do; vtc and fair-sjf also scan the K
+backlogged tenants (the policy objects keep a heap, O(log K)), cheap for the thousand
+tenants of the scenarios; hrrn-predicted the kinetic tournament's amortised O(log^2 n).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import ctypes
+import hashlib
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from desched.policies.base import Policy
+
+SOURCE = Path(__file__).with_name("source.py")
+SOURCES = (SOURCE, Path(__file__).with_name("source_predicted.py"))
+"""The kernel source files, compiled as one module (their imports are left out)."""
+STATE_ARRAYS = ("ia", "ib", "ic", "id_", "ie", "if_", "fa", "fb", "fc", "fd", "fe", "ff")
+ENGINE_PYTHON = "python"
+
+
+@dataclass(frozen=True, slots=True)
+class KernelSpec:
+    """How one policy runs as a kernel: its functions' prefix in ``source.py``, its
+    parameters as the ``prm`` array, and the sizes of its state arrays (by the task count
+    ``n`` and tenant count ``nt``; unlisted arrays get one element)."""
+
+    prefix: str
+    prm: Callable[[Any], list[float]]
+    sizes: Callable[[int, int], dict[str, int]]
+    needs_exp2: bool = False
+
+
+def _ifs_prm(counter: bool) -> Callable[[Any], list[float]]:
+    def prm(p: Any) -> list[float]:
+        if counter:
+            return [p.w_backlog, p.w_wait, p.w_service, p.half_life_s, 1.0]
+        return [p.w_backlog, p.w_wait, 0.0, 1.0, 0.0]
+    return prm
+
+
+def _per_tenant(n: int, nt: int) -> dict[str, int]:
+    return {"ia": nt, "ib": nt, "ic": nt, "id_": nt}
+
+
+def _counter_sizes(n: int, nt: int) -> dict[str, int]:
+    return {**_per_tenant(n, nt), "fa": nt, "fb": nt, "fc": nt, "fd": nt, "ff": 1}
+
+
+def _vtc_sizes(n: int, nt: int) -> dict[str, int]:
+    return {"ia": n, "ib": nt, "ic": nt, "id_": nt, "fa": n, "fb": n, "fc": nt}
+
+
+def _sjf_sizes(n: int, nt: int) -> dict[str, int]:
+    return {"ia": n, "fa": n, "fb": n}
+
+
+def _gsjf_sizes(n: int, nt: int) -> dict[str, int]:
+    return {"ia": n, "ib": n, "ic": n, "fa": n, "fb": n, "fc": n, "fd": n, "fe": n}
+
+
+def _ifsp_sizes(n: int, nt: int) -> dict[str, int]:
+    return {"ia": n, "ib": nt, "ic": nt, "id_": nt, "ie": n, "if_": 2 * n + 1, "fa": n,
+            "fb": n, "fc": n, "fd": n}
+
+
+def _hrrn_sizes(n: int, nt: int) -> dict[str, int]:
+    cap = max(16, 1 << max(0, (n - 1).bit_length()))  # the most the tree grows to
+    return {"ia": 2 * cap, "ib": 2 * cap, "ic": 2 * cap, "fa": 2 * cap, "id_": cap, "ie": n,
+            "if_": cap}
+
+
+KERNELS: dict[str, KernelSpec] = {
+    "fifo": KernelSpec("fifo", lambda p: [], lambda n, nt: {}),
+    "sjf-oracle": KernelSpec("sjf", lambda p: [0.0], _sjf_sizes),
+    "sjf-predicted": KernelSpec("sjf", lambda p: [1.0], _sjf_sizes),
+    "ifs-memoryless": KernelSpec("ifs", _ifs_prm(False), _counter_sizes),
+    "ifs-counter": KernelSpec("ifs", _ifs_prm(True), _counter_sizes, needs_exp2=True),
+    "vtc": KernelSpec("vtc", lambda p: [0.0], _vtc_sizes),
+    "fair-sjf": KernelSpec("vtc", lambda p: [1.0], _vtc_sizes),
+    "round-robin": KernelSpec("rr", lambda p: [], lambda n, nt: {"ia": nt, "ib": nt, "ic": nt}),
+    "guarded-sjf": KernelSpec("gsjf", lambda p: [p.beta, p.a], _gsjf_sizes),
+    "ifs-predicted": KernelSpec("ifsp", lambda p: [p.w_backlog, p.w_short], _ifsp_sizes),
+    "hrrn-predicted": KernelSpec("hrrn", lambda p: [], _hrrn_sizes),
+}
+"""Policy name -> its kernel. Only the registered fast class of that name runs here."""
+
+
+def kernel_name(policy: Policy) -> str | None:
+    """The ``KERNELS`` key that runs ``policy``, or None (a naive twin, a subclass, a policy
+    without a kernel)."""
+    from desched.policies import REGISTRY
+
+    name = getattr(policy, "name", None)
+    if name in KERNELS and type(policy) is REGISTRY.get(name):
+        return str(name)
+    return None
+
+
+def _bind(template: ast.FunctionDef, prefix: str,
+          defs: dict[str, ast.FunctionDef]) -> ast.FunctionDef:
+    """``sim_<prefix>``: the template with ``policy_<x>(args)`` calls bound to
+    ``<prefix>_<x>(args, *the template's names of its remaining parameters)``."""
+    fn = copy.deepcopy(template)
+    fn.name = f"sim_{prefix}"
+
+    class Bind(ast.NodeTransformer):
+        def visit_Call(self, node: ast.Call) -> ast.AST:
+            self.generic_visit(node)
+            if isinstance(node.func, ast.Name) and node.func.id.startswith("policy_"):
+                target = f"{prefix}_{node.func.id.removeprefix('policy_')}"
+                params = [a.arg for a in defs[target].args.args]
+                rest = [ast.Name(p, ast.Load()) for p in params[len(node.args):]]
+                return ast.Call(ast.Name(target, ast.Load()), [*node.args, *rest], [])
+            return node
+
+    return ast.fix_missing_locations(Bind().visit(fn))  # type: ignore[no-any-return]
+
+
+_LOCK = threading.Lock()
+
+
+@cache
+def compiled() -> dict[str, Callable[..., int]] | None:
+    """The ``sim_<prefix>`` functions, compiled (or loaded from the cache); None where
+    llvmlite cannot build them (the simulator then runs the Python loop)."""
+    from desched.structures import kernelc
+
+    prefixes = sorted({spec.prefix for spec in KERNELS.values()})
+
+    def build() -> tuple[ast.Module, list[str]]:
+        tree = ast.Module(body=[], type_ignores=[])
+        for path in SOURCES:
+            tree.body += ast.parse(path.read_text(), str(path)).body
+        defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        for prefix in prefixes:
+            tree.body.append(_bind(defs["sim_template"], prefix, defs))
+        return tree, [f"sim_{p}" for p in prefixes]
+
+    with _LOCK:
+        try:
+            import llvmlite
+
+            digest = hashlib.sha256()
+            for part in (*(p.read_bytes() for p in SOURCES), Path(kernelc.__file__).read_bytes(),
+                         llvmlite.__version__.encode(), " ".join(prefixes).encode()):
+                digest.update(part)
+            text, sigs = kernelc.cached_translation(digest.hexdigest()[:24], str(SOURCE), build)
+            return kernelc.native(text, sigs, str(SOURCE))
+        except Exception:  # noqa: BLE001 (no native code: the Python loop runs instead)
+            return None
+
+
+@cache
+def exp2_loop() -> int | None:
+    """The address of numpy's float64 ``exp2`` inner loop (so that a kernel's decay has
+    numpy's bits, which are not the C library's), checked on a probe; None if not found."""
+    u = np.exp2
+    base = id(u)
+    nargs = ctypes.c_int.from_address(base + 24).value
+    ntypes = ctypes.c_int.from_address(base + 48).value
+    functions = ctypes.c_void_p.from_address(base + 32).value
+    types = ctypes.c_void_p.from_address(base + 64).value
+    if not functions or not types or nargs != 2:
+        return None
+    double = np.dtype(np.float64).num
+    codes = ctypes.string_at(types, ntypes * nargs)
+    for k in range(ntypes):
+        if codes[2 * k] == double and codes[2 * k + 1] == double:
+            address = ctypes.c_void_p.from_address(functions + 8 * k).value
+            break
+    else:
+        return None
+    if not address:
+        return None
+    loop = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p),
+                            ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64),
+                            ctypes.c_void_p)(address)
+    probe = -np.random.default_rng(7).exponential(4.0, 4096)
+    got = np.empty_like(probe)
+    args = (ctypes.c_void_p * 2)(probe.ctypes.data, got.ctypes.data)
+    loop(args, (ctypes.c_int64 * 1)(probe.size), (ctypes.c_int64 * 2)(8, 8), None)
+    return int(address) if np.array_equal(got, np.exp2(probe)) else None
+
+
+@dataclass(slots=True)
+class KernelRun:
+    """What a kernel run gives: start, worker by task; the decisions in order (task, score,
+    parts as an (n, len(components)) array, queue length and the winner's tenant backlog
+    before the pop)."""
+
+    start_s: npt.NDArray[np.float64]
+    worker: npt.NDArray[np.int64]
+    task: npt.NDArray[np.int64]
+    score: npt.NDArray[np.float64]
+    parts: npt.NDArray[np.float64]
+    queue_len: npt.NDArray[np.int64]
+    tenant_backlog: npt.NDArray[np.int64]
+
+
+def available(name: str) -> bool:
+    """Whether policy ``name`` has a kernel that can run in this process."""
+    spec = KERNELS.get(name)
+    if spec is None or compiled() is None:
+        return False
+    return not spec.needs_exp2 or exp2_loop() is not None
+
+
+def run(
+    name: str,
+    params: Any,
+    n_parts: int,
+    workers: int,
+    submit: npt.NDArray[np.float64],
+    duration: npt.NDArray[np.float64],
+    predicted: npt.NDArray[np.float64],
+    tenant: npt.NDArray[np.int64],
+    weight: npt.NDArray[np.float64],
+) -> KernelRun:
+    """Simulate the tasks (arrays by position; ``tenant`` codes ``0..len(weight)-1``) under
+    policy ``name`` with ``params`` on ``workers`` workers. Precondition: ``available(name)``."""
+    functions = compiled()
+    assert functions is not None
+    spec = KERNELS[name]
+    n = submit.size
+    nt = max(1, weight.size)
+    submit = np.ascontiguousarray(submit, dtype=np.float64)
+    duration = np.ascontiguousarray(duration, dtype=np.float64)
+    predicted = np.ascontiguousarray(predicted, dtype=np.float64)
+    tenant = np.ascontiguousarray(tenant, dtype=np.int64)
+    weight = np.ascontiguousarray(weight if weight.size else np.ones(1), dtype=np.float64)
+    arrival = np.argsort(submit, kind="stable").astype(np.int64)
+    arrival_t = np.append(submit[arrival], math.inf)
+    ttask = arrival[np.argsort(tenant[arrival], kind="stable")]
+    tstart = np.zeros(nt + 1, dtype=np.int64)
+    np.cumsum(np.bincount(tenant, minlength=nt), out=tstart[1:])
+    prm = np.array([*spec.prm(params), 0.0], dtype=np.float64)
+    start = np.full(n, math.nan)
+    worker = np.full(n, -1, dtype=np.int64)
+    d_task = np.zeros(n, dtype=np.int64)
+    d_score = np.zeros(n, dtype=np.float64)
+    d_parts = np.zeros(max(1, n * n_parts), dtype=np.float64)
+    d_qlen = np.zeros(n, dtype=np.int64)
+    d_backlog = np.zeros(n, dtype=np.int64)
+    tq = np.zeros(nt, dtype=np.int64)
+    rend = np.zeros(workers, dtype=np.float64)
+    rw = np.zeros(workers, dtype=np.int64)
+    ri = np.zeros(workers, dtype=np.int64)
+    idle = np.zeros(workers, dtype=np.int64)
+    out = np.zeros(8, dtype=np.float64)
+    sc = np.zeros(16, dtype=np.int64)
+    sg = np.zeros(16, dtype=np.float64)
+    if spec.needs_exp2:
+        address = exp2_loop()
+        assert address is not None
+        sc[15] = address
+    sizes = spec.sizes(n, nt)
+    state = [np.zeros(max(1, sizes.get(a, 1)), dtype=np.int64 if a[0] == "i" else np.float64)
+             for a in STATE_ARRAYS]
+    arrays = [arrival, arrival_t, submit, duration, predicted, tenant, weight, ttask, tstart,
+              prm, start, worker, d_task, d_score, d_parts, d_qlen, d_backlog, tq]
+    tail = [rend, rw, ri, idle, out, sc, sg, *state]
+    decided = functions[f"sim_{spec.prefix}"](
+        n, workers, nt, *(a.ctypes.data for a in arrays), n_parts,
+        *(a.ctypes.data for a in tail))
+    if decided != n:
+        raise RuntimeError(f"kernel {name}: {decided} decisions for {n} tasks")
+    return KernelRun(start, worker, d_task, d_score, d_parts[: n * n_parts].reshape(n, n_parts),
+                     d_qlen, d_backlog)

@@ -1,0 +1,315 @@
+"""Kernel source, continued (``desched.kernels.source``): ``ifs-predicted`` and
+``hrrn-predicted``, whose policies keep heaps inside tenants and a kinetic tournament.
+
+Compiled together with ``source.py`` (one module, one namespace); CPython runs it with the
+helpers imported from there.
+"""
+
+from __future__ import annotations
+
+import math
+
+from desched.kernels.source import (
+    F64,
+    I64,
+    key_less,
+    nextafter,
+    slot_add,
+    slot_remove,
+    task_pop,
+    task_push,
+)
+
+__all__ = ["F64", "I64", "math"]
+
+
+def task_delete(k1: F64, k2: F64, ids: I64, base: int, size: int, x: int) -> int:
+    """Remove entry ``x`` of the min-heap stored at ``base``; returns the new size."""
+    size -= 1
+    if x == size:
+        return size
+    x1 = k1[base + size]
+    x2 = k2[base + size]
+    xi = ids[base + size]
+    j = x
+    while j > 0:
+        parent = (j - 1) >> 1
+        if key_less(k1, k2, ids, base + parent, x1, x2, xi):
+            break
+        k1[base + j] = k1[base + parent]
+        k2[base + j] = k2[base + parent]
+        ids[base + j] = ids[base + parent]
+        j = parent
+    if j == x:
+        while True:
+            c = 2 * j + 1
+            if c >= size:
+                break
+            if c + 1 < size and key_less(k1, k2, ids, base + c + 1, k1[base + c],
+                                         k2[base + c], ids[base + c]):
+                c += 1
+            if key_less(k1, k2, ids, base + c, x1, x2, xi):
+                k1[base + j] = k1[base + c]
+                k2[base + j] = k2[base + c]
+                ids[base + j] = ids[base + c]
+                j = c
+            else:
+                break
+    k1[base + j] = x1
+    k2[base + j] = x2
+    ids[base + j] = xi
+    return size
+
+
+# ifs-predicted: per tenant a heap by (predicted, submit, position) in its region (fa, fb,
+# ia; ib[k] its size); slots ic/id_/sc[0]; the largest queued prediction from a heap of
+# (-predicted, submit, position) (fc, fd, ie; sc[1] its size) whose entries of tasks that
+# left (if_[i] == 0) are dropped at its top; if_[n:] the stack of a tie search; prm = w_backlog,
+# w_short --------------------------------------------------------------------------------------
+
+
+def ifsp_init(n: int, nt: int, sc: I64, ib: I64, id_: I64, if_: I64) -> None:
+    sc[0] = 0
+    sc[1] = 0
+    for k in range(nt):
+        ib[k] = 0
+        id_[k] = -1
+    for i in range(n):
+        if_[i] = 0
+
+
+def ifsp_push(i: int, t: float, tenant: I64, submit: F64, pred: F64, tstart: I64, sc: I64,
+              ia: I64, ib: I64, ic: I64, id_: I64, ie: I64, if_: I64, fa: F64, fb: F64,
+              fc: F64, fd: F64) -> None:
+    k = tenant[i]
+    if ib[k] == 0:
+        slot_add(sc, ic, id_, k)
+    ib[k] = task_push(fa, fb, ia, tstart[k], ib[k], pred[i], submit[i], i)
+    sc[1] = task_push(fc, fd, ie, 0, sc[1], -pred[i], submit[i], i)
+    if_[i] = 1
+
+
+def shortness(p: float, p_max: float) -> float:
+    return 1.0 - p / p_max if p_max > 0.0 else 0.0
+
+
+def ifsp_pop(t: float, n: int, submit: F64, pred: F64, tstart: I64, prm: F64, sc: I64,
+             ia: I64, ib: I64, ic: I64, id_: I64, ie: I64, if_: I64, fa: F64, fb: F64,
+             fc: F64, fd: F64, out: F64) -> int:
+    """The best score over every backlogged tenant's head, then, among the queued tasks
+    with that score (a tenant's others only where rounding ties them with its head: a
+    search of its heap pruned where the score drops), the earliest ``(submit, position)``."""
+    while if_[ie[0]] == 0:
+        sc[1] = task_pop(fc, fd, ie, 0, sc[1])
+    p_max = -fc[0]
+    w1 = prm[0]
+    w2 = prm[1]
+    ns = sc[0]
+    maxb = float(ib[ic[0]])
+    for j in range(1, ns):
+        vb = float(ib[ic[j]])
+        maxb = max(maxb, vb)
+    best = -math.inf
+    for j in range(ns):
+        k = ic[j]
+        score = w1 * (float(ib[k]) / maxb) + w2 * shortness(fa[tstart[k]], p_max)
+        best = max(best, score)
+    win = -1
+    win_s = 0.0
+    win_nb = 0.0
+    win_k = 0
+    win_x = 0
+    for j in range(ns):
+        k = ic[j]
+        base = tstart[k]
+        nb = float(ib[k]) / maxb
+        if w1 * nb + w2 * shortness(fa[base], p_max) != best:
+            continue
+        top = 1
+        if_[n] = 0
+        while top > 0:
+            top -= 1
+            x = if_[n + top]
+            if w1 * nb + w2 * shortness(fa[base + x], p_max) != best:
+                continue
+            i = ia[base + x]
+            s = submit[i]
+            if win < 0 or s < win_s or (s == win_s and i < win):
+                win = i
+                win_s = s
+                win_nb = nb
+                win_k = k
+                win_x = x
+            for c in range(2 * x + 1, 2 * x + 3):
+                if c < ib[k]:
+                    if_[n + top] = c
+                    top += 1
+    k = win_k
+    ib[k] = task_delete(fa, fb, ia, tstart[k], ib[k], win_x)
+    if ib[k] == 0:
+        slot_remove(sc, ic, id_, k)
+    if_[win] = 0
+    out[0] = best
+    out[1] = win_nb
+    out[2] = shortness(pred[win], p_max)
+    return win
+
+
+def ifsp_complete(i: int, t: float) -> None:
+    pass
+
+
+# hrrn-predicted: the kinetic tournament of desched.structures.kinetic: sc[1] leaves (a
+# power of two, doubled when full, as there), ia = win, fa = melt (2 cap nodes), ib / ic the
+# repair's stack and order, id_ the item (task) of a leaf slot, ie the slot of a task, if_
+# the free slots (sc[2] of them, the last freed first); the same comparisons and
+# certificates, so the same winner at every query ---------------------------------------------
+
+REL_MARGIN = 1e-9
+
+
+def hrrn_init(n: int, sc: I64, ia: I64, fa: F64, id_: I64, if_: I64) -> None:
+    cap = 16
+    sc[1] = cap
+    for j in range(2 * cap):
+        ia[j] = -1
+        fa[j] = math.inf
+    for slot in range(cap):
+        id_[slot] = -1
+        if_[slot] = cap - 1 - slot
+    sc[2] = cap
+
+
+def hrrn_mark(fa: F64, node: int) -> None:
+    while node > 0 and fa[node] != -math.inf:
+        fa[node] = -math.inf
+        node >>= 1
+
+
+def hrrn_grow(sc: I64, ia: I64, fa: F64, id_: I64, if_: I64) -> None:
+    """Double the leaves: every internal node is marked for the next repair."""
+    old = sc[1]
+    cap = 2 * old
+    sc[1] = cap
+    for node in range(cap):
+        ia[node] = -1
+        fa[node] = -math.inf
+    fa[0] = math.inf
+    for slot in range(cap):
+        ia[cap + slot] = slot if slot < old and id_[slot] >= 0 else -1
+        fa[cap + slot] = math.inf
+    for slot in range(old, cap):
+        id_[slot] = -1
+    for j in range(old):
+        if_[j] = cap - 1 - j
+    sc[2] = old
+
+
+def hrrn_push(i: int, t: float, sc: I64, ia: I64, fa: F64, id_: I64, ie: I64,
+              if_: I64) -> None:
+    if sc[2] == 0:
+        hrrn_grow(sc, ia, fa, id_, if_)
+    sc[2] -= 1
+    slot = if_[sc[2]]
+    id_[slot] = i
+    ie[i] = slot
+    node = sc[1] + slot
+    ia[node] = slot
+    hrrn_mark(fa, node >> 1)
+
+
+def hrrn_repair(now: float, submit: F64, pred: F64, ia: I64, ib: I64, ic: I64, id_: I64,
+                fa: F64) -> None:
+    """Re-evaluate every node with ``melt <= now``, children before parents."""
+    lo = 1.0 - REL_MARGIN
+    hi = 1.0 + REL_MARGIN
+    lo2 = 1.0 - 2.0 * REL_MARGIN
+    hi2 = 1.0 + 2.0 * REL_MARGIN
+    top = 1
+    ib[0] = 1
+    count = 0
+    while top > 0:
+        top -= 1
+        node = ib[top]
+        ic[count] = node
+        count += 1
+        left = 2 * node
+        if fa[left] <= now:
+            ib[top] = left
+            top += 1
+        if fa[left + 1] <= now:
+            ib[top] = left + 1
+            top += 1
+    for r in range(count - 1, -1, -1):
+        node = ic[r]
+        left = 2 * node
+        a = ia[left]
+        b = ia[left + 1]
+        if a < 0:
+            ia[node] = b
+            fa[node] = fa[left + 1]
+            continue
+        if b < 0:
+            ia[node] = a
+            fa[node] = fa[left]
+            continue
+        sa = submit[id_[a]]
+        pa = pred[id_[a]]
+        sb = submit[id_[b]]
+        pb = pred[id_[b]]
+        ra = ((now - sa) + pa) / pa
+        rb = ((now - sb) + pb) / pb
+        pw = pb
+        fw = rb
+        pl = pa
+        fl = ra
+        if ra > rb or (ra == rb and (sa < sb or (sa == sb and id_[a] < id_[b]))):
+            ia[node] = a
+            pw = pa
+            fw = ra
+            pl = pb
+            fl = rb
+        else:
+            ia[node] = b
+        cert = math.inf
+        if pw == pl:
+            cert = math.inf
+        elif now < sa or now < sb or fw == math.inf:
+            cert = nextafter(now, math.inf)
+        else:
+            gap = lo * fw - hi * fl
+            if gap > 0.0:
+                closing = hi2 / pl - lo2 / pw
+                if closing > 0.0:
+                    cert = now + gap / closing
+                    if not cert > now:
+                        cert = nextafter(now, math.inf)
+                elif closing <= 0.0:
+                    cert = math.inf
+                else:
+                    cert = nextafter(now, math.inf)
+            else:
+                cert = nextafter(now, math.inf)
+        fa[node] = min(min(cert, fa[left]), fa[left + 1])
+
+
+def hrrn_pop(t: float, submit: F64, pred: F64, sc: I64, ia: I64, ib: I64, ic: I64, id_: I64,
+             ie: I64, if_: I64, fa: F64, out: F64) -> int:
+    if fa[1] <= t:
+        hrrn_repair(t, submit, pred, ia, ib, ic, id_, fa)
+    i = id_[ia[1]]
+    p = pred[i]
+    out[0] = ((t - submit[i]) + p) / p
+    out[1] = p
+    slot = ie[i]
+    id_[slot] = -1
+    if_[sc[2]] = slot
+    sc[2] += 1
+    node = sc[1] + slot
+    ia[node] = -1
+    hrrn_mark(fa, node >> 1)
+    return int(i)
+
+
+def hrrn_complete(i: int, t: float) -> None:
+    pass
