@@ -121,3 +121,12 @@ def test_a_pool_on_a_dask_cluster_gives_the_serial_results() -> None:
             Pool(address=cluster.scheduler_address) as pool:
         assert pool.parallel
         assert text(pool(run_cell, args)) == text(SERIAL(run_cell, args))
+
+
+def test_a_submitted_call_runs_beside_the_mapped_ones_and_gives_the_serial_result(
+    two: Pool,
+) -> None:
+    args = ("flood?tasks=200&tenants=4", "vtc", 2, 2)
+    job = two.submit(run_cell, *args)
+    assert text(two(run_cell, [args])) == text([SERIAL.submit(run_cell, *args).result()])
+    assert text([job.result()]) == text([run_cell(*args)])

@@ -39,6 +39,7 @@ class Pool:
         self.address = address or None
         self._executor: Executor | None = None
         self._client: Any = None
+        self._background: list[Executor] = []
 
     def __enter__(self) -> Self:
         return self
@@ -68,14 +69,20 @@ class Pool:
         return [f.result() for f in futures]
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Job:
-        """Start ``fn(*args)`` now, in the background (``Job.result`` waits for it); on a
-        serial pool it runs when its result is asked for. Calls mapped meanwhile queue
-        behind it on the same processes."""
+        """Start ``fn(*args)`` now, in the background (``Job.result`` waits for it): on a
+        process of its own beside the ``jobs`` that calls are mapped on (it fills the cores
+        the caller's serial parts leave idle, and mapped calls keep every process), or on
+        the Dask cluster. On a serial pool it runs when its result is asked for."""
         if self.address is not None:
             return Job(self._dask_client().submit(fn, *args, pure=False))
         if self.jobs <= 1:
             return Job(None, lambda: fn(*args))
-        return Job(self._processes().submit(fn, *args))
+        from concurrent.futures import ProcessPoolExecutor
+        from multiprocessing import get_context
+
+        executor = ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"))
+        self._background.append(executor)
+        return Job(executor.submit(fn, *args))
 
     def _processes(self) -> Executor:
         if self._executor is None:
@@ -100,9 +107,10 @@ class Pool:
 
     def close(self) -> None:
         """Stop the processes (or leave the cluster) this pool started; it can be used again."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
-            self._executor = None
+        for executor in [*self._background, self._executor]:
+            if executor is not None:
+                executor.shutdown(wait=True, cancel_futures=True)
+        self._executor, self._background = None, []
         if self._client is not None:
             self._client.close()
             self._client = None

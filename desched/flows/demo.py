@@ -63,9 +63,9 @@ def _demo(settings: DemoSettings, quick: bool, out: str, run: str | None,
     db_path = work / "warehouse.duckdb"
     progress = t.Progress(len(STEPS))
     specs = lib.trace_specs(settings)
-    # The report's judge needs nothing of the steps below: it runs beside them, on one of
-    # the pool's processes, and fills the cores that the serial parts (RL, ingestion,
-    # plots) leave idle.
+    # The report's judge needs nothing of the steps below: it runs beside them, on a process
+    # of its own, and fills the cores that their serial parts (RL, ingestion, plots) leave
+    # idle.
     deploy_job = pool.submit(lib.deploy_of, settings, root)
 
     workloads = progress.run(
