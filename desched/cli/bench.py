@@ -14,6 +14,7 @@ import click
 
 from desched.cli.output import echo_markdown
 from desched.errors import DeschedError
+from desched.today import TODAY_SCORER
 
 
 def _split(values: tuple[str, ...]) -> list[str]:
@@ -44,7 +45,7 @@ def _seeds(text: str | None) -> list[int] | None:
               help="Folder for evaluation.json, table.parquet and drift.parquet.")
 @click.option("--jobs", default=1, show_default=True, type=click.IntRange(min=1),
               help="Simulations run in parallel (processes).")
-@click.option("--baseline", default="ifs-memoryless", show_default=True,
+@click.option("--baseline", default=TODAY_SCORER, show_default=True,
               help="Policy spec that paired differences are taken against (if evaluated).")
 @click.option("--window-s", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Window length for drift metrics (default: submission span / 20; never "

@@ -27,6 +27,7 @@ from desched.tasks.evaluate import (
     publish_evaluation,
     write_evaluation,
 )
+from desched.today import TODAY_SCORER
 
 Runner = Literal["process", "thread", "dask", "ray"]
 
@@ -80,7 +81,7 @@ def evaluate_policies(
     runner: Runner = "process",
     max_parallel: int | None = None,
     address: str | None = None,
-    baseline: str | None = "ifs-memoryless",
+    baseline: str | None = TODAY_SCORER,
     window_s: float | None = None,
     out: str | None = None,
 ) -> dict[str, Any]:

@@ -116,6 +116,8 @@ def _figures(summary: RunSummary, small: Sequence[str]) -> dict[str, Any]:
         "window_jain_mean": drift.window_jain_mean,
         "max_service_lag_s": summary.max_service_lag_s,
         "window_lag_mean_s": drift.window_lag_mean_s,
+        "jain_windows": drift.jain_windows,
+        "lag_windows": drift.lag_windows,
         "small_tenants_mean_wait_s": tenants_mean_wait(summary, small),
         "utilization": summary.utilization,
     }
