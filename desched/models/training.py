@@ -362,15 +362,9 @@ def train(
 def load_trace_or_swf(path: str | Path) -> pl.DataFrame:
     """A trace Parquet file, or an SWF log (``.swf``, ``.swf.gz``) imported as a trace (whose
     ``swf_wait_s`` gives the history features the jobs' real end times)."""
-    from desched.trace import read_trace
+    from desched.swf import read_trace_or_swf
 
-    path = Path(path)
-    if path.name.endswith((".swf", ".swf.gz")):
-        from desched.swf import import_swf
-
-        frame, _ = import_swf(path)
-        return frame
-    return read_trace(path)
+    return read_trace_or_swf(path)
 
 
 def _read_completions(db_path: str | Path) -> pl.DataFrame:
