@@ -37,6 +37,10 @@ def _names(xs: Sequence[str]) -> str:
     return ", ".join(f"`{x}`" for x in xs)
 
 
+def _seconds(x: float | None) -> str:
+    return "0 s" if x == 0 else f"{fmt(x)} s"
+
+
 def _span(values: Sequence[float], show: Callable[[float], str]) -> str:
     """``a`` or ``a to b`` (ascending) of the values, each shown by ``show``."""
     lo, hi = min(values), max(values)
@@ -64,9 +68,12 @@ def q1_answer(r: Report) -> Answer:
             caption="per-tenant wait and service share over time, windowed fairness")
 
     def lag_gap(w: str) -> float:
+        """The lag gap in mean task durations of the workload: how far behind it falls."""
         p = blocks[w].policies
         lag_base, lag_ref = p[base].max_service_lag_s or 0.0, p[ref].max_service_lag_s or 0.0
-        return (lag_base - lag_ref) / lag_base if lag_base else 0.0
+        info = r.workloads.get(w)
+        scale = info.mean_duration_s if info is not None and info.mean_duration_s > 0 else 1.0
+        return (lag_base - lag_ref) / scale
 
     shown = max(closed, key=lambda w: (lag_gap(w), w))
     p = blocks[shown].policies
@@ -80,7 +87,8 @@ def q1_answer(r: Report) -> Answer:
         f"`{cand}` closes {_span(list(closed.values()), lambda x: f'{fmt(x, 1)} %')} of the "
         f"gap in max service lag between `{base}` and `{ref}` {where}{cost}; on `{shown}` "
         f"(the figure) `{base}`'s largest lag between two backlogged tenants is "
-        f"{fmt(p[base].max_service_lag_s)} s, `{cand}`'s {fmt(p[cand].max_service_lag_s)} s.")
+        f"{_seconds(p[base].max_service_lag_s)}, `{cand}`'s "
+        f"{_seconds(p[cand].max_service_lag_s)}.")
     return Answer(question=question, sentence=sentence, figure=r.plots.q1[shown],
                   caption=f"Q1 on {shown}: per-tenant wait and service share over time, "
                           "windowed Jain's index and service lag")
@@ -145,9 +153,9 @@ def q3_answer(r: Report) -> Answer:
                 "does that do to fairness?")
     model = ""
     if mae:
-        model = (f"The model's mean absolute error is {_span(mae, pct)} against the best "
-                 f"baseline predictor, at {_span(latency, lambda x: fmt(x))} µs per "
-                 "prediction (p50); ")
+        model = (f"The model's mean absolute error differs from the best baseline "
+                 f"predictor's by {_span(mae, pct)}, at {_span(latency, lambda x: fmt(x))} µs "
+                 "per prediction (p50); ")
     if not d_resp:
         sentence = model + "no predicted-duration policy ran on a part where ranking matters."
     else:
