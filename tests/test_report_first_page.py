@@ -107,9 +107,9 @@ def _overlapping_ticks(fig: Any) -> list[str]:
 
 
 def test_the_q3_tenant_plot_has_no_overlapping_ticks_and_a_legend_of_every_policy() -> None:
-    import matplotlib.pyplot as plt
-
     import random
+
+    import matplotlib.pyplot as plt
 
     rng = random.Random(3)
     points = {w: {p: [(10 ** rng.uniform(1.3, 4.0), 10 ** rng.uniform(-3.5, 1.0))
@@ -204,7 +204,7 @@ def test_the_first_page_answers_the_four_questions_each_with_a_figure_beside_it(
     for q in QUESTIONS:
         assert sum(h.startswith(q) for h in heads) == 1
     for block in re.split(r"^### ", first, flags=re.MULTILINE)[1:]:
-        sentence = [line for line in block.splitlines()[1:] if line.strip()][0]
+        sentence = next(line for line in block.splitlines()[1:] if line.strip())
         assert sentence.endswith(".") and not sentence.startswith("!")
         [image] = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", block)
         assert (small_report / image).is_file()
