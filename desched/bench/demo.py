@@ -121,6 +121,28 @@ QUICK: dict[str, Any] = {
 """The quick run's sizes: a first look in about a minute."""
 
 
+STEP_SHARES: dict[Mode, dict[str, float]] = {
+    "quick": {"workloads": 1.2, "simulate": 2.9, "ingest": 5.5, "train": 37.1, "tune": 13.3,
+              "evaluate": 15.0, "report": 19.5},
+    "full": {"workloads": 3.0, "simulate": 4.0, "ingest": 7.0, "train": 68.0, "tune": 30.0,
+             "evaluate": 12.0, "report": 29.0},
+}
+"""Seconds per step of one measured run of each mode (quick: 2026-12-03 on 2 vCPUs, load
+about 1; full: the README's run), for the estimate of time left (``time_left_s``): only
+their proportions matter."""
+
+
+def time_left_s(elapsed_s: float, done: list[str], shares: dict[str, float]) -> float | None:
+    """Estimate of the time the steps not in ``done`` will take, when those in ``done`` took
+    ``elapsed_s``: this machine's pace on the steps done, applied to the measured shares of
+    the rest. None before any step is done or when the shares know none of them."""
+    spent = sum(shares.get(step, 0.0) for step in done)
+    if spent <= 0:
+        return None
+    rest = sum(v for step, v in shares.items() if step not in done)
+    return elapsed_s * rest / spent
+
+
 class DemoSettings(DeschedSettings):
     """Sizes and roles of one demo run; ``of("quick")`` for a first look, ``of("full")`` for
     the report. A mode's preset fixes the sizes it names; each other field also reads

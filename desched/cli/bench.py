@@ -127,7 +127,13 @@ def tune(
         raise DeschedError(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
     command = shlex.join(["desched", *sys.argv[1:]]) if Path(sys.argv[0]).name == "desched" \
         else None
-    card = run_tune(settings, out, command=command)
+    from desched.cli.progress import bar
+
+    with bar(trials, f"tune ({learner})", "trial") as shown:
+        def advance(done: int) -> None:
+            shown.update(done - shown.n)
+
+        card = run_tune(settings, out, command=command, progress=advance)
     from desched.bench.tuning import verdict_markdown
 
     echo_markdown(verdict_markdown(card))

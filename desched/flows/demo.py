@@ -48,7 +48,7 @@ def demo(quick: bool = False, out: str = "data/demo", run: str | None = None) ->
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)
     db_path = work / "warehouse.duckdb"
-    progress = t.Progress(len(STEPS))
+    progress = t.Progress(len(STEPS), shares=lib.STEP_SHARES[mode])
     specs = lib.trace_specs(settings)
 
     workloads = progress.run(

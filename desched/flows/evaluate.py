@@ -32,6 +32,28 @@ from desched.today import TODAY_SCORER
 Runner = Literal["process", "thread", "dask", "ray"]
 
 
+def check_scheduler(address: str, timeout_s: float = 3.0) -> None:
+    """Refuse, in one line and within ``timeout_s``, a scheduler address (``tcp://host:port``)
+    that nothing answers on, instead of the client's long connect retries."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host, port = None, None
+    if not host or not port:
+        raise DeschedError(f"address {address!r}: expected tcp://HOST:PORT")
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise DeschedError(f"address {address!r}: no Dask scheduler answers ({reason}); start "
+                           "one, or leave address out for a local cluster") from None
+
+
 def task_runner(runner: Runner, max_parallel: int | None = None,
                 address: str | None = None) -> TaskRunner[Any]:
     """The Prefect task runner called ``runner``; an absent integration is a one-line error."""
@@ -47,6 +69,8 @@ def task_runner(runner: Runner, max_parallel: int | None = None,
         # one thread per worker process: the simulator is pure Python (the GIL). Annotated,
         # so that mypy passes with prefect-dask installed (typed) or not (Any).
         local = {"n_workers": max_parallel, "threads_per_worker": 1, "processes": True}
+        if address:
+            check_scheduler(address)
         dask: TaskRunner[Any] = (
             DaskTaskRunner(address=address) if address else DaskTaskRunner(cluster_kwargs=local)
         )
