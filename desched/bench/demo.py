@@ -217,6 +217,17 @@ class DemoSettings(DeschedSettings):
         return self.model_dump(mode="json")
 
 
+class DemoRun(Record):
+    """What one run of the ``demo`` flow hands back: the report's folder (``report.md``,
+    ``report.html``, ``report.json``, the plots), the report itself, seconds per step and in
+    all."""
+
+    report_dir: str
+    report: Report
+    steps: dict[str, float]
+    total_s: float
+
+
 class Workload(Record):
     """A prepared workload: its trace file and what the report says about it."""
 

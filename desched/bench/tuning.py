@@ -58,6 +58,7 @@ from desched.bench.weights import (
 )
 from desched.errors import DeschedError
 from desched.policies import get_policy, learnable_params
+from desched.records import Record
 from desched.settings import DeschedSettings
 from desched.tables import table_lines
 
@@ -383,6 +384,27 @@ def save(folder: str | Path, card: WeightsCard, learned: LearnerResult) -> dict[
                                 reference=f"today's {today}".strip(),
                                 shipped=card.train_objective)
     return paths
+
+
+class TuningRun(Record):
+    """What the ``tune-weights`` flow hands back: its folder, the learned weights and their
+    training objective, the training and held-out cells, and the held-out verdict per
+    workload and candidate."""
+
+    out: str
+    weights: dict[str, float]
+    train_objective: float
+    train: list[dict[str, Any]]
+    heldout: list[dict[str, Any]]
+    verdict: dict[str, dict[str, str]]
+
+    @classmethod
+    def of(cls, out: str, card: WeightsCard) -> TuningRun:
+        return cls(out=out, weights=card.weights, train_objective=card.train_objective,
+                   train=[c.model_dump() for c in card.split.train],
+                   heldout=[c.model_dump() for c in card.split.heldout],
+                   verdict={w: {label: s.verdict for label, s in per.items()}
+                            for w, per in card.heldout.by_workload.items()})
 
 
 def tune(settings: TuneSettings, out: str | Path, command: str | None = None,

@@ -28,6 +28,6 @@ def demo(quick: bool, out: Path, run_name: str | None) -> None:
     from desched.flows.demo import demo as run_demo
 
     result = run_demo(quick=quick, out=str(out), run=run_name)
-    folder = Path(result["report_dir"])
-    click.echo(f"{folder / 'report.md'} ({result['total_s']:.0f} s); also report.json and "
-               f"{len(list(folder.glob('*.png')))} plots")
+    folder = Path(result.report_dir)
+    click.echo(f"{folder / 'report.md'} ({result.total_s:.0f} s); also report.html, "
+               f"report.json and {len(list(folder.glob('*.png')))} plots")

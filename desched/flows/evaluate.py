@@ -19,7 +19,7 @@ from typing import Any, Literal
 from prefect import flow, unmapped
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
-from desched.bench.evaluate import EvalCell, cells_of
+from desched.bench.evaluate import EvalCell, EvaluationRun, cells_of
 from desched.errors import DeschedError
 from desched.tasks.evaluate import (
     aggregate_cells,
@@ -108,7 +108,7 @@ def evaluate_policies(
     baseline: str | None = TODAY_SCORER,
     window_s: float | None = None,
     out: str | None = None,
-) -> dict[str, Any]:
+) -> EvaluationRun:
     """Run every policy spec on every trace spec and seed (``desched.bench.evaluate``), aggregate
     over seeds (mean, 95 % t-interval, per-window drift, paired difference from
     ``baseline`` when it is among the policies), write ``out`` (default
@@ -123,4 +123,4 @@ def evaluate_policies(
                 "runner": runner, "baseline": baseline, "window_s": window_s}
     paths = write_evaluation(out, settings, rows, results)
     publish_evaluation(rows, out)
-    return {"out": out, "files": paths, "rows": rows}
+    return EvaluationRun(out=out, files=paths, rows=rows)
