@@ -79,6 +79,15 @@ def test_compare_refuses_a_used_folder_before_running_anything(tmp_path: Path) -
     assert sorted(p.name for p in out_dir.iterdir()) == ["compare.json"]
 
 
+def test_the_demo_refuses_a_run_folder_that_holds_a_run_unless_forced(tmp_path: Path) -> None:
+    (tmp_path / "r1").mkdir()
+    (tmp_path / "r1" / "report.md").write_text("an earlier run")
+    code, out, err = invoke("demo", "--quick", "--out", str(tmp_path), "--run", "r1")
+    assert code == 2 and out == ""
+    assert err.startswith(f"error: --run {tmp_path / 'r1'}: folder is not empty")
+    assert (tmp_path / "r1" / "report.md").read_text() == "an earlier run"
+
+
 @pytest.mark.parametrize(("args", "says"), [
     (["tenants", "list"], "no tenants in"),
     (["workers", "list"], "no workers in"),

@@ -250,3 +250,19 @@ def test_an_interval_over_two_held_out_traces_is_not_printed(small_report: Path)
     md = (small_report / "report.md").read_text()
     line = next(x for x in md.splitlines() if x.startswith("| all held-out | learned |"))
     assert "±" not in line
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_q3_judges_the_flood_on_a_held_out_part_that_holds_the_flood(seed: int) -> None:
+    import polars as pl
+
+    full = demo.DemoSettings.of("full")
+    frac = full.q3_train_frac["flood"]
+    trace = generate("flood", tasks=20_000, workers=8, load=0.85, seed=seed)
+    flood = trace.filter(pl.col("tenant") == "flood")["submit_s"]
+
+    def cut(fraction: float) -> float:
+        return float(trace["submit_s"].quantile(fraction, "lower"))  # type: ignore[arg-type]
+
+    assert float(flood.min()) >= cut(frac)  # type: ignore[arg-type]  # all of it held out
+    assert float(flood.max()) < cut(full.train_frac)  # type: ignore[arg-type]  # the default: none

@@ -17,12 +17,18 @@ import click
                    "plots), its working files to OUT/RUN/work/.")
 @click.option("--run", "run_name", default=None,
               help="Name of the run (default: UTC time and mode).")
-def demo(quick: bool, out: Path, run_name: str | None) -> None:
+@click.option("--force", is_flag=True,
+              help="Write into OUT/RUN even when it already holds a run (replaced).")
+def demo(quick: bool, out: Path, run_name: str | None, force: bool) -> None:
     """Generate the workloads, simulate, ingest, train, tune, evaluate; write the report.
 
     Runs on Prefect's ephemeral local server, DuckDB and files under OUT; nothing else has to
     be running. One line per step on stderr shows where it is.
     """
+    from desched.cli.grammar import fresh_folder
+
+    if run_name is not None:
+        fresh_folder(out / run_name, force, "--run")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from desched.flows.demo import demo as run_demo
