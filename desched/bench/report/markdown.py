@@ -1,9 +1,10 @@
 """``report.md`` from ``report.json`` (``Report``) alone: every number it states is formatted
 from a number of the record, which ``numbers.unmatched_numbers`` checks.
 
-The text is a sequence of sections (``SECTIONS``), each a function of the report; the
-headline findings are ``FINDINGS``, one function per question. A new section is a field of
-``Report``, a function here and a line in each tuple.
+The text is a sequence of sections (``SECTIONS``), each a function of the report: first the
+page of answers (``answers``: one sentence and one figure per question), then the appendix of
+evidence, opening with the findings per workload (``FINDINGS``, one function per question).
+A new section is a field of ``Report``, a function here and a line in each tuple.
 """
 
 from __future__ import annotations
