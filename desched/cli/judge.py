@@ -66,12 +66,9 @@ def judge(logs: tuple[str, ...], scenarios: str, policies: tuple[str, ...], out:
     or max service lag. Writes OUT/judge.json and OUT/judge.md; progress goes to stderr.
     """
     from desched.bench import judge as jd
+    from desched.cli.progress import MessageBar
 
     started = time.perf_counter()
-
-    def progress(message: str) -> None:
-        click.echo(f"[{time.perf_counter() - started:6.0f} s] {message}", err=True)
-
     tuner = _tuner(tune)
     log_paths = _split(logs) or None
     if log_paths is not None:
@@ -85,10 +82,23 @@ def judge(logs: tuple[str, ...], scenarios: str, policies: tuple[str, ...], out:
 
         for spec in candidates:
             PolicySpec.parse(spec)
-    cases = jd.prepare_cases(log_paths, scenarios=scenario_names,
-                             cache_dir=None if no_cache else cache, max_tasks=max_tasks,
-                             progress=progress)
-    result = jd.run_judge(cases, candidates, tune=tuner, progress=progress)
+    n_logs = len(log_paths) if log_paths is not None else len(jd.default_logs())
+    preparing = MessageBar(n_logs + len(scenario_names), "train and predict",
+                           started=started)
+    try:
+        cases = jd.prepare_cases(log_paths, scenarios=scenario_names,
+                                 cache_dir=None if no_cache else cache, max_tasks=max_tasks,
+                                 progress=preparing)
+    finally:
+        preparing.close()
+    judged = list(dict.fromkeys([jd.TODAY, jd.ORACLE,
+                                 *(candidates or jd.default_policies())]))
+    runs = sum(len(judged) - (c.kind == "scenario" and jd.ORACLE in judged) for c in cases)
+    judging = MessageBar(runs, "simulate", per_message=True, started=started)
+    try:
+        result = jd.run_judge(cases, candidates, tune=tuner, progress=judging)
+    finally:
+        judging.close()
     json_path, md_path = jd.write_judge(result, out)
     click.echo(f"{json_path}\n{md_path}")
     click.echo(f"recommendation: {result.recommendation or 'none'} "

@@ -28,6 +28,7 @@ import click
 from desched.cli.live_ledger import SubmitLedger
 from desched.cli.service import serve_argv
 from desched.errors import DeschedError
+from desched.today import TODAY_SCORER
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK_TYPES = ("extract", "classify", "embed", "ocr_clean")
@@ -127,7 +128,7 @@ def _tenant_table(db: Path) -> list[tuple[str, int, int, float, float, float]]:
     default=None,
     help="embedding model [auto; quick tiny]",
 )
-@click.option("--policy", default="ifs-memoryless", show_default=True, metavar="SPEC",
+@click.option("--policy", default=TODAY_SCORER, show_default=True, metavar="SPEC",
               help="live policy: NAME or 'NAME?KEY=VALUE&KEY=VALUE'")
 @click.option("--out", default=None, help="output folder [data/live-demo/<time>]")
 @click.option("--timeout-s", type=float, default=None, help="drain time limit [900; quick 240]")

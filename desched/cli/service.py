@@ -238,6 +238,11 @@ def _revoke(role_name: str, name: str, db: str | None) -> None:
     click.echo(f"revoked {role_name} {name!r}; the running service refuses its token")
 
 
+def _none(what: str, db: str | None, hint: str) -> None:
+    """An empty listing says so, on stderr (stdout stays one row per line for scripts)."""
+    click.echo(f"{what} in {_settings(db=db).db} (add one: {hint})", err=True)
+
+
 def _list(role_name: str, db: str | None) -> None:
     import time
 
@@ -249,6 +254,9 @@ def _list(role_name: str, db: str | None) -> None:
         rows = store.principal_rows(Role(role_name))
     finally:
         store.close()
+    if not rows:
+        _none(f"no {role_name}s", db, f"desched {role_name}s add NAME")
+        return
     now = time.time()
     for name, created_at, expires_at, revoked_at in rows:
         if revoked_at is not None:
@@ -385,6 +393,9 @@ def tenants_controls(db: str | None) -> None:
         controls = store.tenant_controls()
     finally:
         store.close()
+    if not controls.tenants:
+        _none("no tenant controls", db, "desched tenants set NAME --weight 2")
+        return
     for name, c in controls.tenants.items():
         cells = [name, f"{c.weight:g}", *("-" if v is None else f"{v:g}"
                                           for v in (c.cap, c.rate, c.burst))]

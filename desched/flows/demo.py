@@ -24,10 +24,10 @@ STEPS = ("workloads", "simulate", "ingest", "train", "tune", "evaluate", "report
 
 
 @flow(name="demo", log_prints=True)
-def demo(quick: bool = False, out: str = "data/demo", run: str | None = None) -> dict[str, Any]:
-    """Run the research bench and write ``<out>/<run>/`` (report.md, report.json,
-    PNGs); working files go under ``<out>/<run>/work/``. Returns the report's folder, its
-    JSON and the time per step."""
+def demo(quick: bool = False, out: str = "data/demo", run: str | None = None) -> lib.DemoRun:
+    """Run the research bench and write ``<out>/<run>/`` (report.md, report.html,
+    report.json, PNGs); working files go under ``<out>/<run>/work/``. Returns the report's
+    folder, the report and the time per step."""
     from desched.flows.ingest import ingest_logs
     from desched.tasks.retrain import publish_report as publish_model
     from desched.tasks.tune import (
@@ -48,7 +48,7 @@ def demo(quick: bool = False, out: str = "data/demo", run: str | None = None) ->
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)
     db_path = work / "warehouse.duckdb"
-    progress = t.Progress(len(STEPS))
+    progress = t.Progress(len(STEPS), shares=lib.STEP_SHARES[mode])
     specs = lib.trace_specs(settings)
 
     workloads = progress.run(
@@ -119,5 +119,5 @@ def demo(quick: bool = False, out: str = "data/demo", run: str | None = None) ->
         return report
 
     report = progress.run("report", "write the report and publish it as artifacts", write)
-    return {"report_dir": str(report_dir), "report": report.to_json(),
-            "steps": progress.steps, "total_s": progress.elapsed()}
+    return lib.DemoRun(report_dir=str(report_dir), report=report, steps=progress.steps,
+                       total_s=progress.elapsed())

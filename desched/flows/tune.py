@@ -18,13 +18,11 @@ result is the same as without a runner.
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import flow
 
 from desched.bench import tuning
 from desched.bench.learning import Cell, Learner, LearnerResult, Objective
-from desched.bench.tuning import Judgement, TuneSettings
+from desched.bench.tuning import Judgement, TuneSettings, TuningRun
 from desched.flows.evaluate import Runner, task_runner
 from desched.tasks.tune import (
     judge_heldout,
@@ -67,7 +65,7 @@ def tune_weights(
     runner: Runner | None = None,
     max_parallel: int | None = None,
     address: str | None = None,
-) -> dict[str, Any]:
+) -> TuningRun:
     """Learn weights of ``policy`` on ``train`` (default seeds: ``desched.bench.learning``),
     judge them against ``reference`` on ``heldout`` (default: the training specs on other
     seeds), write ``out``; returns the weights, the training objective and the held-out
@@ -91,12 +89,4 @@ def tune_weights(
     overall = card.heldout.overall
     print(f"{out}: {card.weights}; held-out J " + ", ".join(
         f"{label} {s.J.mean:.3f} ({s.verdict})" for label, s in overall.items()))
-    return {
-        "out": out,
-        "weights": card.weights,
-        "train_objective": card.train_objective,
-        "train": [c.model_dump() for c in card.split.train],
-        "heldout": [c.model_dump() for c in card.split.heldout],
-        "verdict": {w: {label: s.verdict for label, s in per.items()}
-                    for w, per in card.heldout.by_workload.items()},
-    }
+    return TuningRun.of(out, card)

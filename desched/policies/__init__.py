@@ -31,6 +31,7 @@ from desched.policies.round_robin import RoundRobin
 from desched.policies.sjf_oracle import SjfOracle
 from desched.policies.sjf_predicted import SjfPredicted
 from desched.policies.vtc import Vtc
+from desched.today import TODAY_SCORER
 from desched.trace import TaskTable
 
 REGISTRY: dict[str, type[Policy]] = {
@@ -56,7 +57,7 @@ RECOMMENDED = "guarded-sjf"
 policy is recorded, and the report's "deployed default". It is the recommendation of the
 deployment judge (``desched judge``, docs/deploy-policy.md); change it only with a judge run
 that recommends another."""
-WITHOUT_PREDICTION = "ifs-memoryless"
+WITHOUT_PREDICTION = TODAY_SCORER
 """The service's default when no duration model is loaded: a policy that reads no
 ``predicted_s`` (today's scorer)."""
 

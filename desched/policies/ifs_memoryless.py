@@ -12,6 +12,7 @@ from desched.policies.base import NaivePolicy, Policy, PolicyParams
 from desched.policies.learnable import LearnableParams, SearchSpace, Simplex
 from desched.structures.ifs_kernel import MEMORYLESS, Call, KernelCacheState, Picker, kernel
 from desched.structures.tenant_queues import TenantQueues, pick_slot
+from desched.today import TODAY_SCORER
 from desched.trace import TaskTable
 
 
@@ -38,7 +39,7 @@ def norm(x: float, x_max: float) -> float:
 class IfsMemorylessNaive(NaivePolicy):
     """Reference: scores every queued task from scratch, exactly as DESIGN.md reads it."""
 
-    name = "ifs-memoryless"
+    name = TODAY_SCORER
     summary = "0.1 * normalised tenant backlog + 0.9 * normalised wait, recomputed every poll"
     Params = IfsParams
     components = ("norm_backlog", "norm_wait")
@@ -78,7 +79,7 @@ class IfsMemoryless(KernelCacheState, Policy):
     pushes and a ``take`` of the winner (which logs its score among all queued tasks).
     """
 
-    name = "ifs-memoryless"
+    name = TODAY_SCORER
     summary = IfsMemorylessNaive.summary
     Params = IfsParams
     components = IfsMemorylessNaive.components

@@ -25,7 +25,7 @@ from prefect.artifacts import (
 from prefect.cache_policies import NONE
 
 from desched.bench import demo
-from desched.bench.demo import Candidates, DemoSettings, Workload, WorkloadSpec
+from desched.bench.demo import Candidates, DemoSettings, Workload, WorkloadSpec, time_left_s
 from desched.bench.evaluate import EvalCell, run_cells
 from desched.bench.report.inputs import HeldoutRuns, PredictorResult, Q1Runs
 from desched.bench.report.records import Report
@@ -97,7 +97,9 @@ def publish_report(report_dir: str, report: Report) -> None:
 class Progress:
     """One line per step on stderr with the elapsed time, and a Prefect progress artifact."""
 
-    def __init__(self, total: int, echo: Callable[[str], None] | None = None) -> None:
+    def __init__(self, total: int, echo: Callable[[str], None] | None = None,
+                 shares: dict[str, float] | None = None) -> None:
+        self.shares = shares or {}
         self.t0 = time.perf_counter()
         self.total = total
         self.done = 0
@@ -119,12 +121,22 @@ class Progress:
         result = fn()
         self.steps[name] = time.perf_counter() - started
         self.done += 1
+        left = time_left_s(self.elapsed(), list(self.steps), self.shares)
+        estimate = f"; about {_duration(left)} left" if left and self.done < self.total else ""
         self.echo(f"[{self.elapsed():6.1f}s] {self.done}/{self.total} {name} done "
-                  f"({self.steps[name]:.1f} s)")
+                  f"({self.steps[name]:.1f} s{estimate})")
         if self.artifact is not None:
             with contextlib.suppress(Exception):  # a display, never a failure
                 update_progress_artifact(self.artifact, 100.0 * self.done / self.total)
         return result
+
+
+def _duration(seconds: float) -> str:
+    """``40 s``, ``3 min``, ``1 h 20 min``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
 
 
 def _stderr(line: str) -> None:

@@ -70,6 +70,38 @@ def deploy_section(result: JudgeResult, source: str) -> DeploySection:
         reason=result.recommendation_reason, deployed_default=RECOMMENDED, all_pass=all_pass)
 
 
+def candidate_totals(d: DeploySection) -> dict[str, tuple[int, int]]:
+    """Per judged candidate: criteria passed and criteria judged, over every workload."""
+    totals: dict[str, tuple[int, int]] = {}
+    rows: list[DeployRow | DeployHarmRow] = [*d.rows, *d.harm]
+    for row in rows:
+        if row.policy in d.policies:
+            passed, judged = totals.get(row.policy, (0, 0))
+            totals[row.policy] = (passed + row.passed, judged + row.criteria)
+    return totals
+
+
+def standing(d: DeploySection) -> str:
+    """How the recommendation's count of criteria passed stands among the candidates: "the
+    most of any candidate", "tied for the most with `x`", or which candidates pass more
+    (then the judge's rule, not the count, chose it)."""
+    totals = candidate_totals(d)
+    rec = d.recommendation
+    if rec is None or rec not in totals:
+        return "no count to compare"
+    mine = totals[rec][0]
+    more = sorted((p for p, (n, _) in totals.items() if n > mine), key=lambda p: -totals[p][0])
+    tied = [p for p, (n, _) in totals.items() if n == mine and p != rec]
+    if more:
+        return ("fewer than " + ", ".join(f"`{p}` ({totals[p][0]} of {totals[p][1]})"
+                                          for p in more)
+                + ": the judge's rule, not the count, chose it")
+    if tied:
+        return ("tied for the most with " + ", ".join(f"`{p}`" for p in tied)
+                + f" (also {mine} of {totals[tied[0]][1]})")
+    return "the most of any candidate"
+
+
 def _x(value: float | None) -> str:
     return "-" if value is None else f"{fmt(value, 2)}×"
 
@@ -124,8 +156,8 @@ def markdown_section(d: DeploySection | None, plot: str | None) -> list[str]:
     passing = ", ".join(f"`{p}`" for p in d.all_pass) or "no candidate"
     lines += ["", f"Every criterion on every workload: {passing}.", "",
               (f"**Recommendation: `{rec}`**, which passes {d.recommendation_passed} of "
-               f"{d.recommendation_criteria} criteria over all workloads, the most of any "
-               "candidate." if rec else
+               f"{d.recommendation_criteria} criteria over all workloads, {standing(d)}."
+               if rec else
                "**No recommendation**: no candidate was judged."),
               (f"The service's default with a duration model is `{d.deployed_default}` "
                "(`desched.policies.RECOMMENDED`)"
@@ -138,7 +170,17 @@ def markdown_section(d: DeploySection | None, plot: str | None) -> list[str]:
 def plot_tenant_harm(d: DeploySection, out: Path) -> Path:
     """Per real log: each tenant's (>= the judge's tenant floor of tasks) mean bounded
     slowdown under every judged policy over today's, sorted, on a log scale; the judge's
-    2× bound dashed."""
+    2× bound dashed. One legend names every line, both bounds included."""
+    import matplotlib.pyplot as plt
+
+    fig = tenant_harm_figure(d)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def tenant_harm_figure(d: DeploySection) -> Any:
+    """The figure of ``plot_tenant_harm``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -163,8 +205,10 @@ def plot_tenant_harm(d: DeploySection, out: Path) -> Path:
             else:
                 style.update(color=f"C{i}")
             ax.plot(range(1, len(ratios) + 1), ratios, label=p, **style)
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.axhline(d.thresholds["worst_tenant_max"], color="C3", lw=0.8, ls="--")
+        ax.axhline(1.0, color="k", lw=0.8, label=f"as under {d.today} (1×)")
+        bound = d.thresholds["worst_tenant_max"]
+        ax.axhline(bound, color="C3", lw=0.8, ls="--",
+                   label=f"the judge's bound ({fmt(bound, 1)}×)")
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
         ax.yaxis.set_minor_formatter(NullFormatter())
@@ -174,13 +218,17 @@ def plot_tenant_harm(d: DeploySection, out: Path) -> Path:
         ax.grid(alpha=0.3)
     for k in range(len(logs), nrows * cols):
         axes[k // cols, k % cols].axis("off")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8,
+    named: dict[str, Any] = {}  # every line of every panel, once: policies, then both bounds
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            named.setdefault(label, handle)
+    ncol = min(len(named), 4)
+    fig.legend(list(named.values()), list(named), loc="lower center", ncol=ncol, fontsize=8,
                frameon=False)
-    fig.tight_layout(rect=(0, 0.07 if nrows == 1 else 0.04, 1, 1))
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    legend_rows = -(-len(named) // max(ncol, 1))
+    fig.tight_layout(rect=(0, min(0.4, (0.045 if nrows == 1 else 0.025) * legend_rows + 0.02),
+                           1, 1))
+    return fig
 
 
 def judge_for_report(workloads: Sequence[tuple[str, Path, int | None]],

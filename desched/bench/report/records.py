@@ -66,6 +66,10 @@ class Headline(ReportRecord):
     window_jain_mean: Num
     max_service_lag_s: Num
     window_lag_mean_s: Num
+    jain_windows: int | None = None
+    """How many windows the windowed Jain's figures rest on (None: not recorded)."""
+    lag_windows: int | None = None
+    """How many windows (two tenants or more backlogged throughout) the mean lag rests on."""
     small_tenants_mean_wait_s: Num
     utilization: Num
 
