@@ -258,7 +258,7 @@ class BoostPredicted(Policy):
                "estimated online; optional oldest-first guard")
     Params = BoostParams
     components = ("boost_s",)
-    reads = frozenset({"predicted_s"})
+    reads = frozenset({"predicted_s", "predicted_p50_s", "predicted_p90_s"})
     tenant_state = frozenset({"clock"})
     params: BoostParams
 
@@ -528,7 +528,7 @@ class BoostPredictedNaive(NaivePolicy):
     summary = BoostPredicted.summary
     Params = BoostParams
     components = ("boost_s",)
-    reads = frozenset({"predicted_s"})
+    reads = frozenset({"predicted_s", "predicted_p50_s", "predicted_p90_s"})
     tenant_state = frozenset({"clock"})
     params: BoostParams
 

@@ -63,7 +63,7 @@ class FairBoost(Vtc):
     summary = ("least-served backlogged tenant first (predicted cost, corrected at "
                "completion); γ-Boost order inside the tenant")
     Params = BoostEstimatorParams
-    reads = frozenset({"predicted_s"})
+    reads = frozenset({"predicted_s", "predicted_p50_s", "predicted_p90_s"})
     tenant_state = frozenset({"service"})
     params: BoostEstimatorParams
 
@@ -132,7 +132,7 @@ class FairBoostNaive(VtcNaive):
     name = "fair-boost"
     summary = FairBoost.summary
     Params = BoostEstimatorParams
-    reads = frozenset({"predicted_s"})
+    reads = frozenset({"predicted_s", "predicted_p50_s", "predicted_p90_s"})
     tenant_state = frozenset({"service"})
     params: BoostEstimatorParams
 
