@@ -50,8 +50,9 @@ def poisoned(tasks: TaskTable, seed: int) -> TaskTable:
 def decisions(tasks: TaskTable, policy_table: TaskTable, name: str, workers: int
               ) -> list[tuple[object, ...]]:
     """The decisions of ``name`` built over ``policy_table`` while the simulator runs
-    ``tasks`` (their true durations)."""
-    d = simulate(tasks, make_policy(name, policy_table), workers).decisions
+    ``tasks`` (their true durations). The Python loop runs the policy object itself; the
+    compiled kernels are held to these objects' decisions by tests/test_kernels.py."""
+    d = simulate(tasks, make_policy(name, policy_table), workers, engine="python").decisions
     return list(zip(d.t, d.worker, d.task, d.score, *d.parts, strict=True))
 
 

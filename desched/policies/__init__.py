@@ -33,6 +33,7 @@ from desched.policies.round_robin import RoundRobin
 from desched.policies.sjf_oracle import SjfOracle
 from desched.policies.sjf_predicted import SjfPredicted
 from desched.policies.vtc import Vtc
+from desched.tables import markdown_table
 from desched.today import TODAY_SCORER
 from desched.trace import TaskTable
 
@@ -87,8 +88,7 @@ def registry_markdown() -> str:
     rule (``summary``), the task columns it reads besides tenant and submit time, its state
     (``tenant_state``) and its parameters with their defaults. ``tests/test_contributing.py``
     keeps the README's copy (between ``README_BEGIN`` and ``README_END``) equal to it."""
-    rows = ["| policy | rule | reads | state | parameters (defaults) |",
-            "|---|---|---|---|---|"]
+    rows: list[list[str]] = []
     for name, cls in REGISTRY.items():
         fields = cls.Params.model_fields
         params = ", ".join(f"`{k}={f.default}`" for k, f in fields.items()
@@ -99,9 +99,9 @@ def registry_markdown() -> str:
         if cls.clairvoyant():
             reads += " (clairvoyant bound)"
         state = ", ".join(sorted(cls.tenant_state)) or "-"
-        summary = cls.summary.replace("|", "\\|")
-        rows.append(f"| `{name}` | {summary} | {reads} | {state} | {params} |")
-    return "\n".join(rows) + "\n"
+        rows.append([f"`{name}`", cls.summary, reads, state, params])
+    return markdown_table(["policy", "rule", "reads", "state", "parameters (defaults)"],
+                          rows) + "\n"
 
 
 def get_policy(name: str) -> type[Policy]:
