@@ -5,7 +5,8 @@ submitting 1-50 tasks at a time with 0.3-0.6 s pauses and one worker polling wit
 pauses. The writer's idle wait timed out between requests and dropped a write that slipped
 in: the request hung, memory counted tasks the database never got, and SIGTERM did not stop
 the service. Each start-up here runs that traffic for ``DESCHED_SOAK_SECONDS`` (3 s), at the
-default writer idle period (0.25 s) and at 0.02 s (``DESCHED_STANDBY_POLL_S``), then counts:
+default writer idle period (0.25 s), at 0.02 s and at 0.002 s (``DESCHED_STANDBY_POLL_S``: the
+shorter it is, the more often the idle wait times out next to a request), then counts:
 
 - stalls: requests without an answer within ``STALL_S``;
 - acknowledged (2xx) tasks missing from the database;
@@ -13,7 +14,7 @@ default writer idle period (0.25 s) and at 0.02 s (``DESCHED_STANDBY_POLL_S``), 
 - the seconds SIGTERM takes to stop the service.
 
 ``DESCHED_SOAK_STARTUPS`` (6, alternating between the idle periods of
-``DESCHED_SOAK_IDLE_S``, "0.25,0.02") sets how many start-ups; the figures are printed
+``DESCHED_SOAK_IDLE_S``, "0.25,0.02,0.002") sets how many start-ups; the figures are printed
 (``pytest -s``); README's reliability figures give them for the writer before 758381f too.
 """
 
@@ -161,7 +162,7 @@ def test_fresh_start_ups_with_paused_traffic_never_stall_lose_or_disagree(
 ) -> None:
     startups = int(os.environ.get("DESCHED_SOAK_STARTUPS", "6"))
     seconds = float(os.environ.get("DESCHED_SOAK_SECONDS", "3"))
-    idles = os.environ.get("DESCHED_SOAK_IDLE_S", "0.25,0.02").split(",")
+    idles = os.environ.get("DESCHED_SOAK_IDLE_S", "0.25,0.02,0.002").split(",")
     runs = []
     for k in range(startups):
         idle = idles[k % len(idles)]
