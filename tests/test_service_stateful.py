@@ -594,4 +594,4 @@ def test_the_service_in_process_agrees_with_the_model_over_many_runs(
 def test_the_service_process_agrees_with_the_model_through_restarts_and_kills(
     tmp_path: Path,
 ) -> None:
-    run_machine(lambda: Subprocess(tmp_path), examples=4, steps=50)
+    run_machine(lambda: Subprocess(tmp_path), examples=3, steps=50)
