@@ -578,7 +578,7 @@ def test_the_service_in_process_agrees_with_the_model_after_every_step(
 ) -> None:
     # A write that never commits fails the test in seconds, not after the 30 s default.
     monkeypatch.setattr("desched.service.answers.COMMIT_TIMEOUT_S", 5.0)
-    run_machine(lambda: InProcess(tmp_path), examples=8, steps=50)
+    run_machine(lambda: InProcess(tmp_path), examples=6, steps=40)
 
 
 @pytest.mark.slow
