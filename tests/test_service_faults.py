@@ -30,7 +30,7 @@ import httpx
 import pytest
 
 from tests.reliability import Audit, ThrowawayPostgres, Traffic, audit, pg_bin, stored_tasks
-from tests.test_service import Service, add_principals, auth, task
+from tests.test_service import Service, add_principals, auth, free_port, task
 from tests.test_service_ha import metric
 from tests.test_service_stateful import InProcess
 
@@ -161,6 +161,22 @@ def test_a_read_only_sqlite_file_refuses_writes_with_503_and_serves_again_once_w
         assert served == 80 and p.status_code == 204
     finally:
         svc.close()
+
+
+def test_a_postgresql_server_that_cannot_be_reached_is_a_503_to_retry_and_one_line_at_start(
+) -> None:
+    # A request that finds the server down (a restart) reconnects through the same path as
+    # a start-up: a 503 for the client to retry, not a 400, and still one line for the CLI.
+    pytest.importorskip("psycopg")
+    from desched.errors import DeschedError
+    from desched.service.answers import refusal
+    from desched.service.errors import Unavailable
+    from desched.service.store import Store
+
+    with pytest.raises(Unavailable, match="cannot connect to PostgreSQL") as caught:
+        Store(f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere")
+    assert isinstance(caught.value, DeschedError) and "\n" not in str(caught.value)
+    assert refusal(caught.value).status_code == 503
 
 
 # Processes ------------------------------------------------------------------------------
