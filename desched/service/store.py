@@ -45,7 +45,7 @@ from typing import Any, Literal
 
 from desched.controls import Controls, TenantControl
 from desched.errors import DeschedError
-from desched.service.errors import LostLeadership
+from desched.service.errors import LostLeadership, Unavailable
 from desched.service.records import LiveTask, Role, TaskState
 
 
@@ -424,8 +424,10 @@ class Store:
             try:
                 self.conn = psycopg.connect(self.target, autocommit=True, connect_timeout=10)
             except psycopg.OperationalError as exc:
+                # Unavailable (a DeschedError): one line at start-up, and a 503 to retry, not
+                # a 400, when a request finds the server down (a restart) and reconnects.
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else "no detail"
-                raise DeschedError(f"cannot connect to PostgreSQL: {first}") from None
+                raise Unavailable(f"cannot connect to PostgreSQL: {first}") from None
             sync = "off" if durability == "process" else "on"
             self.conn.execute(f"SET synchronous_commit = {sync}")
             idle, interval, count = PG_KEEPALIVE_S
