@@ -28,6 +28,7 @@ Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
 E2E_MODULES = {
     "test_deploy.py",
     "test_live_demo.py",
+    "test_operator_page.py",
     "test_service.py",
     "test_service_fuzz.py",
     "test_service_ha.py",
