@@ -190,17 +190,43 @@ class Stored:
 
 
 def _percentiles(tenants: npt.NDArray[Any], waits: Floats) -> dict[str, tuple[float, float]]:
-    """Per tenant, the p50 and p95 of its waits (numpy's linear method): one sort."""
+    """Per tenant, the p50 and p95 of its waits (numpy's linear method), all tenants at
+    once: one sort, O(n log n)."""
     if waits.size == 0:
         return {}
-    order = np.lexsort((waits, tenants))
-    t, w = tenants[order], waits[order]
-    cut = np.flatnonzero(t[1:] != t[:-1]) + 1
-    out = {}
-    for name, part in zip(t[np.concatenate(([0], cut))], np.split(w, cut)):
-        p50, p95 = np.percentile(part, [50, 95])
-        out[str(name)] = (float(p50), float(p95))
-    return out
+    names, codes = np.unique(tenants, return_inverse=True)
+    order = np.lexsort((waits, codes))
+    w = waits[order]
+    counts = np.bincount(codes, minlength=names.size)
+    first = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    out: list[Floats] = []
+    for q in (0.50, 0.95):
+        virtual = q * (counts - 1).astype(np.float64)
+        below = np.floor(virtual).astype(np.int64)
+        above = np.minimum(below + 1, counts - 1)
+        frac = virtual - below
+        out.append(w[first + below] + (w[first + above] - w[first + below]) * frac)
+    return {str(k): (float(a), float(b)) for k, a, b in zip(names, out[0], out[1], strict=True)}
+
+
+
+def _window_jain(codes: npt.NDArray[np.int64], n_tenants: int, slow: Floats,
+                 window: npt.NDArray[np.int64], n_windows: int) -> list[float | None]:
+    """Per window, Jain's index over the per-tenant mean of ``slow`` (None for a window
+    without a value): one sort of (window, tenant) keys."""
+    if slow.size == 0:
+        return [None] * n_windows
+    pairs, inverse = np.unique(window * n_tenants + codes, return_inverse=True)
+    mean = np.bincount(inverse, weights=slow) / np.bincount(inverse)
+    win = pairs // n_tenants
+    total = np.bincount(win, weights=mean, minlength=n_windows)
+    squares = np.bincount(win, weights=mean * mean, minlength=n_windows)
+    members = np.bincount(win, minlength=n_windows)
+    return [
+        None if members[j] == 0 else
+        (float(total[j] ** 2 / (members[j] * squares[j])) if squares[j] > 0 else 1.0)
+        for j in range(n_windows)
+    ]
 
 
 def fairness_windows(
@@ -234,19 +260,13 @@ def fairness_windows(
             tenant_names=names,
         )
         lags, backlogged = window_service_lags(run, edges)
-    jains: list[float | None] = [None] * n_windows
     ok = done & (duration_s > 0) & (end_s >= edges[0]) & (end_s < edges[-1])
-    if ok.any():
-        slow = (end_s[ok] - submit_s[ok]) / duration_s[ok]
-        win = np.searchsorted(edges, end_s[ok], side="right") - 1
-        for w in np.unique(win):
-            inside = win == w
-            means = [
-                float(slow[inside][tenant[ok][inside] == k].mean())
-                for k in np.unique(tenant[ok][inside])
-            ]
-            x = np.asarray(means)
-            jains[int(w)] = float(x.sum() ** 2 / (x.size * (x * x).sum())) if (x * x).sum() else 1.0
+    names_ok, codes_ok = np.unique(tenant[ok], return_inverse=True)
+    jains = _window_jain(
+        codes_ok.astype(np.int64), max(1, names_ok.size),
+        (end_s[ok] - submit_s[ok]) / duration_s[ok],
+        (np.searchsorted(edges, end_s[ok], side="right") - 1).astype(np.int64), n_windows,
+    )
     return [
         {
             "end_s": float(edges[j + 1]),
@@ -258,8 +278,77 @@ def fairness_windows(
     ]
 
 
-def stored_part(store: Store, now: float, window_s: float) -> Stored:
-    """Read the database (module docstring): two scans of ``tasks``, one of ``principals``."""
+COMMIT_MARGIN_S = 60.0
+"""How far back, before the previous read, a refresh looks for tasks that ended: a task's
+``end_s`` is the decision's time, its row commits a moment later (at most the writer's
+commit timeout, 30 s), so a row may appear after a read that its time precedes."""
+
+
+class FinishedTasks:
+    """Every task that ended (done, dead, cancelled after a start) within the last ``span_s``,
+    as numpy columns with integer tenant codes, kept between refreshes: each refresh reads
+    only the rows that ended since the previous one (less ``COMMIT_MARGIN_S``, deduplicated by
+    sequence number), a scan the database does on its own (no row crosses into Python but
+    those). Not thread-safe: ``OverviewCache`` serialises refreshes."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.code: dict[str, int] = {}
+        self.read_to = -math.inf
+        self.cols: dict[str, npt.NDArray[Any]] = self._empty()
+
+    @staticmethod
+    def _empty() -> dict[str, npt.NDArray[Any]]:
+        return {"seq": np.empty(0, np.int64), "tenant": np.empty(0, np.int64),
+                **{c: np.empty(0) for c in ("submit_s", "start_s", "end_s", "duration_s")},
+                "done": np.empty(0, bool)}
+
+    def tenant_code(self, name: str) -> int:
+        code = self.code.get(name)
+        if code is None:
+            code = self.code[name] = len(self.names)
+            self.names.append(name)
+        return code
+
+    def refresh(self, store: Store, now: float, span_s: float) -> None:
+        since = max(now - span_s, self.read_to - COMMIT_MARGIN_S)
+        rows = store.execute(
+            "SELECT seq, tenant, submit_s, start_s, end_s, duration_s, state FROM tasks "
+            "WHERE end_s >= ? AND start_s IS NOT NULL AND state IN ('done', 'dead', "
+            "'cancelled') ORDER BY seq DESC LIMIT ?",
+            (since, MAX_ROWS),
+        ).fetchall()
+        self.read_to = now
+        cols = self.cols
+        keep = cols["end_s"] >= now - span_s
+        if rows:
+            new_seq = np.fromiter((r[0] for r in rows), np.int64, len(rows))
+            fresh = ~np.isin(new_seq, cols["seq"][keep])
+            rows = [r for r, f in zip(rows, fresh, strict=True) if f]
+        if rows:
+            add = {
+                "seq": np.fromiter((r[0] for r in rows), np.int64, len(rows)),
+                "tenant": np.fromiter((self.tenant_code(r[1]) for r in rows), np.int64,
+                                      len(rows)),
+                "submit_s": np.fromiter((r[2] for r in rows), np.float64, len(rows)),
+                "start_s": np.fromiter((r[3] for r in rows), np.float64, len(rows)),
+                "end_s": np.fromiter((r[4] for r in rows), np.float64, len(rows)),
+                "duration_s": np.fromiter((math.nan if r[5] is None else r[5] for r in rows),
+                                          np.float64, len(rows)),
+                "done": np.fromiter((r[6] == "done" for r in rows), bool, len(rows)),
+            }
+            self.cols = {k: np.concatenate((v[keep], add[k])) for k, v in cols.items()}
+        else:
+            self.cols = {k: v[keep] for k, v in cols.items()}
+        if self.cols["seq"].size > MAX_ROWS:
+            latest = np.argsort(self.cols["seq"])[-MAX_ROWS:]
+            self.cols = {k: v[latest] for k, v in self.cols.items()}
+
+
+def stored_part(store: Store, now: float, window_s: float, finished: FinishedTasks) -> Stored:
+    """Read the database (module docstring): the counts per tenant and state (one scan of
+    ``tasks`` by the database), the leased tasks (the live index), the tasks that ended
+    since the previous read (``FinishedTasks``), the workers."""
     counts: dict[str, dict[str, int]] = {}
     first_queued: dict[str, float] = {}
     for tenant, state, n, first in store.execute(
@@ -269,44 +358,44 @@ def stored_part(store: Store, now: float, window_s: float) -> Stored:
         if state == "queued":
             first_queued[tenant] = float(first)
     span = window_s * MAX_WINDOWS
-    rows = store.execute(
-        "SELECT tenant, submit_s, start_s, end_s, duration_s, state FROM tasks "
-        "WHERE state = 'leased' OR (start_s IS NOT NULL AND end_s >= ?) "
-        "ORDER BY seq DESC LIMIT ?",
-        (now - span, MAX_ROWS),
+    finished.refresh(store, now, max(span, RECENT_S[-1]))
+    leased = store.execute(
+        "SELECT tenant, submit_s, start_s FROM tasks WHERE state = 'leased' "
+        "AND start_s IS NOT NULL"
     ).fetchall()
-    sampled = len(rows) >= MAX_ROWS
     workers = [
         {"worker": name, "token": _token_state(expires_at, revoked_at, now)}
         for name, _, expires_at, revoked_at in store.principal_rows(Role.WORKER)
     ]
-    n = len(rows) + len(first_queued)
-    tenant = np.empty(n, dtype=object)
-    submit, start, end, duration = (np.empty(n) for _ in range(4))
-    done = np.zeros(n, dtype=bool)
-    for j, (t, s, st, e, d, state) in enumerate(rows):
-        tenant[j] = t
-        submit[j], start[j] = s, st
-        end[j] = now if e is None else e
-        duration[j] = math.nan if d is None else d
-        done[j] = state == "done"
-    for j, (t, s) in enumerate(first_queued.items(), start=len(rows)):
-        tenant[j], submit[j], start[j], end[j], duration[j] = t, s, now, now, math.nan
-    started = np.asarray(start[: len(rows)])
-    waits = started - submit[: len(rows)]
-    by_span = [
-        _percentiles(tenant[: len(rows)][started >= now - s], waits[started >= now - s])
-        for s in RECENT_S
-    ]
+    f = finished.cols
+    extra = [(finished.tenant_code(t), s, st, now) for t, s, st in leased]
+    extra += [(finished.tenant_code(t), s, now, now) for t, s in first_queued.items()]
+    tenant = np.concatenate((f["tenant"], np.array([e[0] for e in extra], np.int64)))
+    submit = np.concatenate((f["submit_s"], np.array([e[1] for e in extra], np.float64)))
+    start = np.concatenate((f["start_s"], np.array([e[2] for e in extra], np.float64)))
+    end = np.concatenate((f["end_s"], np.array([e[3] for e in extra], np.float64)))
+    duration = np.concatenate((f["duration_s"], np.full(len(extra), np.nan)))
+    done = np.concatenate((f["done"], np.zeros(len(extra), bool)))
+    started_n = f["seq"].size + len(leased)  # rows with a real start: finished, then leased
+    waits = start[:started_n] - submit[:started_n]
+    by_span = []
+    for recent in RECENT_S:
+        pick = start[:started_n] >= now - recent
+        coded = _percentiles(tenant[:started_n][pick], waits[pick])
+        by_span.append({finished.names[int(k)]: v for k, v in coded.items()})
     tenant_waits = {
         name: (*by_span[0].get(name, (math.nan, math.nan)), *by_span[1][name])
         for name in by_span[1]
     }
-    earliest = float(submit.min()) if n else now
+    earliest = float(submit.min()) if submit.size else now
     count = max(1, min(MAX_WINDOWS, math.ceil((now - earliest) / window_s)))
     edges = now - window_s * np.arange(count, -1, -1, dtype=np.float64)
-    windows = fairness_windows(tenant, submit, start, end, np.nan_to_num(duration), done, edges)
-    return Stored(counts, tenant_waits, windows, workers, sampled, now)
+    inside = end >= edges[0]
+    windows = fairness_windows(tenant[inside], submit[inside], start[inside],
+                               end[inside], np.nan_to_num(duration[inside]), done[inside],
+                               edges)
+    return Stored(counts, tenant_waits, windows, workers,
+                  f["seq"].size >= MAX_ROWS, now)
 
 
 def _token_state(expires_at: float | None, revoked_at: float | None, now: float) -> str:
@@ -390,6 +479,7 @@ class OverviewCache:
         self._lock = threading.Lock()
         self._store: Store | None = None
         self._cached: dict[float, Stored] = {}
+        self._finished = FinishedTasks()
 
     def get(self, sched: Scheduler, window_s: float) -> Overview:
         live = live_part(sched)
@@ -399,7 +489,7 @@ class OverviewCache:
             if stored is None or now - stored.at >= self.refresh_s:
                 if self._store is None:
                     self._store = Store(self.db_url)
-                stored = stored_part(self._store, now, window_s)
+                stored = stored_part(self._store, now, window_s, self._finished)
                 self._cached = {window_s: stored}
         return combine(live, stored, now, window_s)
 

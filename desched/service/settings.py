@@ -96,7 +96,7 @@ class ServiceSettings(DeschedSettings):
         "fit the worker's free_mem_mb; past that the poll gets nothing",
     )
     operator_refresh_s: float = Field(
-        2.0,
+        5.0,
         gt=0,
         le=3600,
         description="how often, at most, the operator page (GET /ui) re-reads the database "
