@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -27,6 +28,7 @@ def test_live_demo_drains_every_tenant_and_retrains_on_its_logs(tmp_path: Path) 
         "PREFECT_HOME": str(tmp_path / "prefect-home"),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     }
+    env.pop("PREFECT_API_URL", None)  # live-demo starts its own server (with its UI)
     run = subprocess.run(
         [sys.executable, "-m", "desched.cli", "live-demo", "--quick", "--out", str(out)],
         cwd=ROOT,
@@ -73,3 +75,6 @@ def test_live_demo_drains_every_tenant_and_retrains_on_its_logs(tmp_path: Path) 
     memory = out / "models" / "memory"
     assert (memory / (memory / "CHAMPION").read_text().strip() / "model.txt").exists()
     assert "per tenant: tasks done / submitted" in run.stdout
+    assert "the flood in numbers: 'flood' sent 24 tasks at once" in run.stdout, run.stdout
+    assert re.search(r"operator page: http://127\.0\.0\.1:\d+/ui#token=\S+", run.stdout)
+    assert re.search(r"prefect server: http://127\.0\.0\.1:\d+/api, UI http", run.stdout)

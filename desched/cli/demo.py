@@ -23,7 +23,6 @@ def demo(quick: bool, out: Path, run_name: str | None) -> None:
     Runs on Prefect's ephemeral local server, DuckDB and files under OUT; nothing else has to
     be running. One line per step on stderr shows where it is.
     """
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from desched.flows.demo import demo as run_demo
 

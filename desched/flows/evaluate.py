@@ -19,10 +19,11 @@ from typing import Any, Literal
 from prefect import flow, unmapped
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
-from desched.bench.evaluate import EvalCell, cells_of
 from desched.errors import DeschedError
 from desched.tasks.evaluate import (
+    EvalCell,
     aggregate_cells,
+    cells_of,
     evaluate_cell,
     publish_evaluation,
     write_evaluation,
