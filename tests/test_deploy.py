@@ -240,3 +240,28 @@ async def main():
 
 asyncio.run(main())
 """
+
+
+def test_deploy_saves_the_service_url_as_a_variable_and_the_worker_token_as_a_secret(
+    prefect_harness,
+) -> None:
+    import asyncio
+
+    from prefect.blocks.system import Secret
+    from prefect.variables import Variable
+
+    from desched.cli.deploy import SERVICE_URL_VARIABLE, WORKER_TOKEN_BLOCK, save_configuration
+    from desched.tasks.replay import worker_token
+
+    lines = asyncio.run(save_configuration("http://127.0.0.1:8123", "tok-123"))
+    assert lines == [f"variable {SERVICE_URL_VARIABLE}: http://127.0.0.1:8123",
+                     f"secret block {WORKER_TOKEN_BLOCK}: saved from $DESCHED_WORKER_TOKEN"]
+    assert Variable.get(SERVICE_URL_VARIABLE) == "http://127.0.0.1:8123"
+    assert Secret.load(WORKER_TOKEN_BLOCK).get() == "tok-123"
+    assert worker_token.fn(WORKER_TOKEN_BLOCK) == "tok-123"  # what the flows read
+    config = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+    for d in config["deployments"]:
+        if "service_url" in d["parameters"]:
+            wanted = "{{ prefect.variables." + SERVICE_URL_VARIABLE + " }}"
+            assert d["parameters"]["service_url"] == wanted
+            assert d["parameters"]["token_block"] == WORKER_TOKEN_BLOCK

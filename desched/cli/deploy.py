@@ -41,7 +41,8 @@ async def save_configuration(service_url: str, worker_token: str | None) -> list
     await Variable.aset(SERVICE_URL_VARIABLE, service_url, overwrite=True)
     lines = [f"variable {SERVICE_URL_VARIABLE}: {service_url}"]
     if worker_token:
-        await Secret[str](value=worker_token).asave(WORKER_TOKEN_BLOCK, overwrite=True)  # type: ignore[arg-type]
+        secret: Secret[str] = Secret(value=worker_token)  # type: ignore[arg-type]
+        await secret.asave(WORKER_TOKEN_BLOCK, overwrite=True)
         lines.append(f"secret block {WORKER_TOKEN_BLOCK}: saved from $DESCHED_WORKER_TOKEN")
     else:
         lines.append(f"secret block {WORKER_TOKEN_BLOCK}: not saved ($DESCHED_WORKER_TOKEN is "
