@@ -81,3 +81,46 @@ def test_the_report_artifact_drops_inline_images() -> None:
     text = "# R\n\n![pareto](data:image/png;base64," + "A" * 500_000 + ")\n\n| a |\n|---|\n"
     out = _without_images(text)
     assert len(out) < 200 and "[plot: pareto" in out and "| a |" in out
+
+
+RUN_LOG_SCRIPT = """
+import asyncio, time
+from desched.cli.output import configure_logging
+configure_logging(False)
+from prefect import flow, get_run_logger
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+from prefect.context import get_run_context
+
+@flow
+def tiny():
+    get_run_logger().info("step one done")
+    return get_run_context().flow_run.id
+
+run_id = tiny()
+time.sleep(3)  # the API log handler sends in the background
+
+async def main():
+    async with get_client() as client:
+        logs = await client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id])))
+        print("SERVER HAS:", [log.message for log in logs])
+
+asyncio.run(main())
+"""
+
+
+def test_a_quiet_cli_keeps_flow_run_logs_for_the_server_and_off_the_terminal(
+    tmp_path: Path,
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_HOME=str(tmp_path), PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    run = subprocess.run([sys.executable, "-c", RUN_LOG_SCRIPT], env=env, capture_output=True,
+                         text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "'step one done'" in run.stdout and "Beginning flow run" in run.stdout
+    assert "step one done" not in run.stderr  # the terminal shows warnings only
