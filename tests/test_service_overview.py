@@ -129,3 +129,18 @@ def test_the_state_route_needs_an_operator_token_and_shows_what_was_submitted(
         ("acme", 3, 0, 0)
     ]
     assert state["windows"] and all(math.isfinite(w["end_s"]) for w in state["windows"])
+
+
+def test_a_standby_shows_its_role_and_takes_the_queues_from_the_database() -> None:
+    from desched.service.overview import Live, Stored, combine
+
+    live = Live(active=False, policy="vtc", params={}, recorded=True, default_reason="",
+                policy_error=None, duration_model=False, memory_model=False, decisions=0,
+                completed=0, queued={}, controls=[], leases=[])
+    stored = Stored(counts={"acme": {"queued": 7, "leased": 2, "done": 40}},
+                    tenant_waits={}, windows=[], workers=[], sampled=False, at=0.0)
+    view = combine(live, stored, 10.0, 60.0).as_json()
+    assert view["role"] == "standby"
+    assert [(t["tenant"], t["queued"], t["running"], t["done"]) for t in view["tenants"]] == [
+        ("acme", 7, 2, 40)
+    ]

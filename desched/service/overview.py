@@ -13,9 +13,10 @@ Two parts, neither on the request path of tenants and workers:
   window (``window_s`` long, at most ``MAX_WINDOWS`` of them, ending now) Jain's index over
   the tenants' mean slowdown of the tasks completed in the window and the largest service lag
   between two tenants backlogged throughout it (``desched.metrics``' definitions, as in a
-  simulation run). Cost: two scans of the tasks table and O(r log r) numpy work over the
-  r rows of the tasks live or ended within the windows (at most ``MAX_ROWS``, the latest by
-  sequence: ``sampled`` says when the cut applied).
+  simulation run). Cost: the database's own scans of the tasks table (counts per tenant and
+  state; the tasks that ended since the previous read, ``FinishedTasks``) and O(r log r)
+  numpy work over the r tasks that ended within the windows or are leased (at most
+  ``MAX_ROWS``, the latest by sequence: ``sampled`` says when the cut applied).
 
 ``OverviewCache`` computes the stored part at most once per ``refresh_s``, in a thread off
 the event loop, whatever the number of viewers; nothing is computed while nobody looks. The

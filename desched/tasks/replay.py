@@ -10,7 +10,6 @@ memory (no result is persisted: ``cache_policy=NONE``, ``persist_result=False``)
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -210,7 +209,3 @@ def publish_replay(replayed: Replayed, scenario: str, service_url: str) -> None:
                   "log (its --logs folder, data/logs by default) now holds them for "
                   "ingest-logs."),
         description="replay-log")
-
-
-def elapsed_since(t0: float) -> float:
-    return time.perf_counter() - t0
