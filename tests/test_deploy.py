@@ -171,9 +171,10 @@ def test_the_readme_deploy_section_runs_as_written_on_a_loopback_server(tmp_path
         .replace(README_SERVICE_PORT, service_port)
         .replace(README_HOME, f'"{home}"')
     )
+    (tmp_path / "run_logs.py").write_text(RUN_LOGS)
     checks = (
         "prefect deployment inspect enrichment-worker/enrichment-worker-gpu\n"
-        f"python -c {RUN_LOGS!r}\n"
+        f"python {tmp_path / 'run_logs.py'}\n"
     )
     (tmp_path / "readme.sh").write_text(
         "set -euxo pipefail\n"
@@ -226,7 +227,7 @@ def test_the_readme_deploy_section_runs_as_written_on_a_loopback_server(tmp_path
 RUN_LOGS = """
 import asyncio
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import FlowRunFilter, LogFilter, LogFilterFlowRunId
+from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 
 
 async def main():
