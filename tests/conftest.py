@@ -28,6 +28,8 @@ Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
 E2E_MODULES = {
     "test_deploy.py",
     "test_live_demo.py",
+    "test_operator_page.py",
+    "test_replay.py",
     "test_service.py",
     "test_service_fuzz.py",
     "test_service_ha.py",
@@ -38,6 +40,11 @@ E2E_MODULES = {
 # Tests of those modules that start no server: the CLI in this process, a fake transport,
 # the admin CLI refusing bad arguments.
 NOT_E2E: dict[str, tuple[str, ...]] = {
+    "test_replay.py": (
+        "test_a_log_case_is_keyed_on_the_file_content_not_its_path",
+        "test_an_evaluation_cell_is_keyed_on_its_trace_content_and_its_other_inputs",
+        "test_the_report_artifact_drops_inline_images",
+    ),
     "test_service.py": ("test_tenants_add_prints_a_token_that_is_stored_hashed",),
     "test_service_ha.py": (
         "test_the_worker_client_fails_over_between_addresses_and_backs_off_until_one_serves",

@@ -30,7 +30,6 @@ def demo(quick: bool, out: Path, run_name: str | None, force: bool) -> None:
 
     if run_name is not None:
         fresh_folder(out / run_name, force, "--run")
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from desched.flows.demo import demo as run_demo
 

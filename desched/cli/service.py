@@ -434,6 +434,37 @@ def workers_list(db: str | None) -> None:
 
 
 @click.group()
+def operators() -> None:
+    """Operators: who may read the operator page (GET /ui) of `desched serve`."""
+
+
+@operators.command("add")
+@click.argument("name")
+@click.option("--expires", default=None, help=EXPIRES_HELP)
+@STORE_OPTION
+def operators_add(name: str, expires: str | None, db: str | None) -> None:
+    """Register operator NAME and print its token (shown once; stored as a SHA-256 hash):
+    open http://HOST:PORT/ui#token=TOKEN. An operator whose token was revoked gets a new
+    one."""
+    _add("operator", name, db, expires)
+
+
+@operators.command("revoke")
+@click.argument("name")
+@STORE_OPTION
+def operators_revoke(name: str, db: str | None) -> None:
+    """Revoke operator NAME's token: 401 from now on."""
+    _revoke("operator", name, db)
+
+
+@operators.command("list")
+@STORE_OPTION
+def operators_list(db: str | None) -> None:
+    """Every operator with its token's state (active, expires, expired, revoked)."""
+    _list("operator", db)
+
+
+@click.group()
 def policy() -> None:
     """The live policy of the service."""
 

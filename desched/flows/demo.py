@@ -1,9 +1,10 @@
 """Flow ``demo``: the research bench end to end, on the embedded default (Prefect's ephemeral
 server, DuckDB and files under ``data/``), also run by ``desched demo [--quick]``.
 
-Composition only: every step is a task of ``desched/tasks/demo.py`` (or ``desched/tasks/tune.py``, or the
-``ingest-logs`` flow as a subflow) around a function of ``desched.bench.demo``, which
-documents the steps. One line per step on stderr, and a Prefect progress artifact, show
+Composition only (an import contract forbids flows -> desched.bench): every step is a task
+of ``desched/tasks/demo.py`` (or ``desched/tasks/tune.py``, or the ``ingest-logs`` flow as a
+subflow) around a function of ``desched.bench.demo``, which documents the steps; the few
+settings helpers it calls come through ``desched.tasks.demo`` too. One line per step on stderr, and a Prefect progress artifact, show
 where it is.
 """
 
@@ -15,16 +16,14 @@ from typing import Any
 
 from prefect import flow
 
-from desched.bench import demo as lib
-from desched.bench.demo import DemoSettings, Mode
-from desched.bench.weights import WeightsCard
 from desched.tasks import demo as t
+from desched.tasks.demo import DemoSettings, Mode, WeightsCard
 
 STEPS = ("workloads", "simulate", "ingest", "train", "tune", "evaluate", "report")
 
 
 @flow(name="demo", log_prints=True)
-def demo(quick: bool = False, out: str = "data/demo", run: str | None = None) -> lib.DemoRun:
+def demo(quick: bool = False, out: str = "data/demo", run: str | None = None) -> t.DemoRun:
     """Run the research bench and write ``<out>/<run>/`` (report.md, report.html,
     report.json, PNGs); working files go under ``<out>/<run>/work/``. Returns the report's
     folder, the report and the time per step."""
@@ -48,8 +47,8 @@ def demo(quick: bool = False, out: str = "data/demo", run: str | None = None) ->
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)
     db_path = work / "warehouse.duckdb"
-    progress = t.Progress(len(STEPS), shares=lib.STEP_SHARES[mode])
-    specs = lib.trace_specs(settings)
+    progress = t.Progress(len(STEPS), shares=t.STEP_SHARES[mode])
+    specs = t.trace_specs(settings)
 
     workloads = progress.run(
         "workloads", "generate the scenarios and import the SWF logs",
@@ -82,7 +81,7 @@ def demo(quick: bool = False, out: str = "data/demo", run: str | None = None) ->
         cards = {}
         split = None
         for learner in ("optuna", "rl"):
-            ts = lib.tune_settings(settings, specs, learner)
+            ts = t.tune_settings(settings, specs, learner)
             split = split or split_traces(ts)  # the same cells for both learners
             learned = learn_weights(ts, split[0])
             verdict = judge_heldout(ts, learned, split[1])
@@ -98,20 +97,20 @@ def demo(quick: bool = False, out: str = "data/demo", run: str | None = None) ->
 
     def evaluate_all() -> tuple[dict[str, Any], list[Any]]:
         sims = {w: t.simulate_q3(w, trained[w].heldout_trace, trained[w].workers,
-                                 lib.heldout_candidates(workloads[w].info, learned,
+                                 t.heldout_candidates(workloads[w].info, learned,
                                                         settings.baseline))
                 for w in settings.q3_workloads}
-        cells, labels = lib.over_seeds_cells(settings, specs, workloads, learned)
+        cells, labels = t.over_seeds_cells(settings, specs, workloads, learned)
         results = t.evaluate_over_seeds(cells, settings.eval_workers, settings.jobs)
-        return sims, lib.over_seeds_rows(results, labels, settings.baseline)
+        return sims, t.over_seeds_rows(results, labels, settings.baseline)
 
     sims, eval_rows = progress.run("evaluate", "evaluate every policy (held-out parts, seeds)",
                                    evaluate_all)
 
     def write() -> Any:
-        report = lib.assemble_report(
+        report = t.assemble_report(
             run=run, settings=settings, specs=specs, workloads=workloads,
-            ingestion=lib.ingestion_of(ingest), q1=q1, eval_rows=eval_rows, cards=cards,
+            ingestion=t.ingestion_of(ingest), q1=q1, eval_rows=eval_rows, cards=cards,
             trained=trained, sims=sims, steps=progress.steps, total_s=progress.elapsed(),
             root=root)
         t.write_report(report, {w: r.dirs for w, r in q1.items()}, str(report_dir), sims)
@@ -119,5 +118,5 @@ def demo(quick: bool = False, out: str = "data/demo", run: str | None = None) ->
         return report
 
     report = progress.run("report", "write the report and publish it as artifacts", write)
-    return lib.DemoRun(report_dir=str(report_dir), report=report, steps=progress.steps,
+    return t.DemoRun(report_dir=str(report_dir), report=report, steps=progress.steps,
                        total_s=progress.elapsed())

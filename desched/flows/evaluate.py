@@ -19,10 +19,12 @@ from typing import Any, Literal
 from prefect import flow, unmapped
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
-from desched.bench.evaluate import EvalCell, EvaluationRun, cells_of
 from desched.errors import DeschedError
 from desched.tasks.evaluate import (
+    EvalCell,
+    EvaluationRun,
     aggregate_cells,
+    cells_of,
     evaluate_cell,
     publish_evaluation,
     write_evaluation,

@@ -1,7 +1,7 @@
 """Flow ``tune-weights``: learn the scorer's weights offline, judge them on held-out traces.
 
 Trace-driven simulation on training traces (scenario seeds or slices of a log) with the Optuna
-or the RL learner of ``desched.bench.tuning``, then a verdict on traces never trained on, saved
+or the RL learner of ``desched.bench.tuning`` (through ``desched.tasks.tune``), then a verdict on traces never trained on, saved
 as a weights folder that the policy (any with learnable parameters: ``desched policies``)
 loads with ``weights=FOLDER``::
 
@@ -20,17 +20,21 @@ from __future__ import annotations
 
 from prefect import flow
 
-from desched.bench import tuning
-from desched.bench.learning import Cell, Learner, LearnerResult, Objective
-from desched.bench.tuning import Judgement, TuneSettings, TuningRun
 from desched.flows.evaluate import Runner, task_runner
 from desched.tasks.tune import (
+    Cell,
+    Judgement,
+    Learner,
+    LearnerResult,
+    Objective,
+    TuneSettings,
+    TuningRun,
     judge_heldout,
     learn_weights,
     publish_tuning,
-    runner_map,
     save_weights,
     split_traces,
+    tune_with_runner_map,
 )
 
 
@@ -39,11 +43,7 @@ def tune_on_runner(
     settings: TuneSettings,
 ) -> tuple[list[Cell], list[Cell], LearnerResult, Judgement]:
     """Split, learn and judge with every simulation a task run on this flow's runner."""
-    train, heldout = tuning.split(settings, runner_map)
-    learned = tuning.learn(settings, train, runner_map)
-    verdict = tuning.judge(heldout, tuning.candidates_of(learned, settings.reference),
-                           settings.workers, settings.objective, settings.windows, runner_map)
-    return train, heldout, learned, verdict
+    return tune_with_runner_map(settings)
 
 
 @flow(name="tune-weights", log_prints=True)
