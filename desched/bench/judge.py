@@ -50,7 +50,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
+from desched.bench.frontier import Frontier, frontier_of, frontier_share
+from desched.bench.holdout import is_held_back
 from desched.bench.judge_cases import (
     Case,
     Progress,
@@ -60,6 +63,8 @@ from desched.bench.judge_cases import (
     prepare_scenario,
 )
 from desched.bench.roles import clairvoyant
+from desched.bench.rule import PROMISES, Standing
+from desched.bench.rule import recommend as rule_recommend
 from desched.errors import DeschedError
 from desched.policies import REGISTRY, WITHOUT_PREDICTION
 from desched.records import Record
@@ -77,7 +82,7 @@ TODAY = WITHOUT_PREDICTION
 ORACLE = next(n for n in REGISTRY if clairvoyant(n))
 """The clairvoyant bound of the gain: the registry's first policy that reads the true
 duration (``sjf-oracle``)."""
-LOG_CRITERIA: tuple[str, ...] = ("gain", "p99", "delta_jain", "worst_tenant")
+LOG_CRITERIA: tuple[str, ...] = ("gain", "frontier_share", *PROMISES)
 SCENARIO_CRITERIA: tuple[str, ...] = ("mean_response", "jain_slowdown", "max_service_lag")
 
 Tune = Callable[[str, Sequence[Case]], Mapping[str, Any]]
@@ -90,13 +95,16 @@ def fixed_defaults(policy: str, training_cases: Sequence[Case]) -> dict[str, Any
 
 
 class Thresholds(Record):
-    """The four criteria's bounds and the tenant filter of ``worst_tenant``."""
+    """The criteria's bounds (issue 19), the tenant filter of ``worst_tenant`` and the rule's
+    tie width (``desched.bench.rule``)."""
 
-    gain_min: float = 0.8
-    p99_ratio_max: float = 1.0
-    delta_jain_min: float = 0.0
+    frontier_share_min: float = 0.8
+    gain_floor: float = 0.1
+    p99_ratio_max: float = 1.05
+    delta_jain_min: float = -0.02
     worst_tenant_max: float = 2.0
     min_tenant_tasks: int = 10
+    share_tie: float = 0.01
 
 
 class Outcome(Record):
@@ -140,10 +148,20 @@ class Verdict(Record):
     oracle_mean_response_s: float | None
     worst_tenant_name: str | None
     tenant_ratio: dict[str, float]
+    frontier_gain: float | None = None
+    """The log's frontier gain (``desched.bench.frontier``); None on a scenario."""
 
     @property
     def all_passed(self) -> bool:
         return self.passed == len(self.criteria)
+
+    @property
+    def promises_kept(self) -> bool:
+        """Every promise holds (a log: tail, fairness, no tenant harmed; a scenario: no
+        harm)."""
+        from desched.bench.rule import promise_checks
+
+        return all(promise_checks(self))
 
 
 class JudgeResult(Record):
@@ -158,6 +176,11 @@ class JudgeResult(Record):
     verdicts: list[Verdict]
     recommendation: str | None
     recommendation_reason: str
+    tied: list[str] = Field(default_factory=list)
+    """Every candidate tied with the recommendation under the rule, itself included."""
+    frontiers: list[Frontier] = Field(default_factory=list)
+    standings: list[Standing] = Field(default_factory=list)
+    """Every candidate's figures under the rule (``desched.bench.rule``), best first."""
 
     def verdict(self, workload: str, policy: str) -> Verdict:
         for v in self.verdicts:
@@ -265,21 +288,31 @@ def tenant_ratios(policy: Outcome, today: Outcome, min_tasks: int) -> dict[str, 
             for k, n in today.tenant_tasks.items() if n >= min_tasks}
 
 
-def log_criteria(policy: Outcome, today: Outcome, oracle: Outcome,
-                 th: Thresholds) -> tuple[dict[str, Criterion], str | None, dict[str, float]]:
-    """The four criteria of a log (module docstring), the worst tenant and every ratio."""
+def log_criteria(policy: Outcome, today: Outcome, oracle: Outcome, th: Thresholds,
+                 frontier_gain: float | None = None,
+                 ) -> tuple[dict[str, Criterion], str | None, dict[str, float]]:
+    """The criteria of a log (module docstring), the worst tenant and every ratio.
+    ``frontier_gain`` is the log's (``desched.bench.frontier``); without it the share is
+    undefined."""
     denominator = today.mean_response_s - oracle.mean_response_s
+    no_slower = policy.mean_response_s <= today.mean_response_s
     if denominator > 1e-9 * max(today.mean_response_s, 1.0):
-        gain = _criterion((today.mean_response_s - policy.mean_response_s) / denominator,
-                          th.gain_min, "min")
+        value = (today.mean_response_s - policy.mean_response_s) / denominator
+        floor_applies = frontier_gain is None or frontier_gain >= th.gain_floor
+        gain = _criterion(value, th.gain_floor, "min",
+                          passed=None if floor_applies else no_slower)
     else:
-        gain = _criterion(None, th.gain_min, "min",
-                          passed=policy.mean_response_s <= today.mean_response_s)
+        value = None
+        gain = _criterion(None, th.gain_floor, "min", passed=no_slower)
+    share_value = frontier_share(value, frontier_gain)
+    share = (_criterion(share_value, th.frontier_share_min, "min") if share_value is not None
+             else _criterion(None, th.frontier_share_min, "min", passed=no_slower))
     ratios = tenant_ratios(policy, today, th.min_tenant_tasks)
     worst_name = max(ratios, key=lambda k: (ratios[k], k)) if ratios else None
     worst = ratios[worst_name] if worst_name is not None else 1.0
     criteria = {
         "gain": gain,
+        "frontier_share": share,
         "p99": _criterion(policy.p99_response_s / today.p99_response_s, th.p99_ratio_max, "max"),
         "delta_jain": _criterion(policy.jain_bsld - today.jain_bsld, th.delta_jain_min, "min"),
         "worst_tenant": _criterion(worst, th.worst_tenant_max, "max"),
@@ -297,17 +330,34 @@ def scenario_criteria(policy: Outcome, today: Outcome) -> dict[str, Criterion]:
     }
 
 
+def case_frontier(case: Case, th: Thresholds) -> Frontier:
+    """The frontier of log ``case`` (``frontier.frontier_of`` over the family), kept in the
+    case."""
+    key = f"frontier:{th.model_dump_json()}"
+    if key not in case.outcomes:
+        case.outcomes[key] = frontier_of(case, th)
+    return case.outcomes[key]  # type: ignore[no-any-return]
+
+
+def frontier_gain_of(case: Case, th: Thresholds) -> float | None:
+    """The frontier gain of log ``case``; None on a scenario."""
+    return case_frontier(case, th).gain if case.kind == "log" else None
+
+
 def verdict_of(case: Case, spec: str, extra: Mapping[str, Any] | None = None,
-               thresholds: Thresholds | None = None) -> Verdict:
-    """Policy ``spec`` on ``case`` against today (and the oracle on a log)."""
+               thresholds: Thresholds | None = None, *, frontier: bool = True) -> Verdict:
+    """Policy ``spec`` on ``case`` against today (and, on a log, the oracle and the frontier:
+    ``frontier=False`` leaves the share undefined and saves the family's simulations)."""
     th = thresholds or Thresholds()
     outcome = evaluate(case, spec, extra)
     today = evaluate(case, TODAY)
     oracle_mean: float | None = None
+    frontier_gain: float | None = None
     if case.kind == "log":
         oracle = evaluate(case, ORACLE)
         oracle_mean = oracle.mean_response_s
-        criteria, worst_name, ratios = log_criteria(outcome, today, oracle, th)
+        frontier_gain = frontier_gain_of(case, th) if frontier else None
+        criteria, worst_name, ratios = log_criteria(outcome, today, oracle, th, frontier_gain)
     else:
         criteria = scenario_criteria(outcome, today)
         ratios = tenant_ratios(outcome, today, th.min_tenant_tasks)
@@ -315,42 +365,21 @@ def verdict_of(case: Case, spec: str, extra: Mapping[str, Any] | None = None,
     return Verdict(workload=case.name, kind=case.kind, policy=spec, params=outcome.params,
                    criteria=criteria, passed=sum(c.passed for c in criteria.values()),
                    outcome=outcome, today=today, oracle_mean_response_s=oracle_mean,
-                   worst_tenant_name=worst_name, tenant_ratio=ratios)
+                   worst_tenant_name=worst_name, tenant_ratio=ratios,
+                   frontier_gain=frontier_gain)
 
 
-def recommend(verdicts: Sequence[Verdict], candidates: Sequence[str]) -> tuple[str | None, str]:
-    """The candidate that harms no tenant on the most real logs (the worst-tenant criterion:
-    "unfair to no one" comes first, an operator cannot trade a starved tenant for a faster
-    mean), then the one passing the most criteria over every workload; ties go to the
-    smaller sum of log-criterion distances (gain, p99 ratio, Jain, worst-tenant ratio), then
-    to the higher mean gain. Returns the name (``None`` without a candidate) and the reason."""
-    rows = []
-    for spec in candidates:
-        name = spec.partition("?")[0]
-        if name == TODAY or clairvoyant(name):
-            continue
-        mine = [v for v in verdicts if v.policy == spec]
-        if not mine:
-            continue
-        passed = sum(v.passed for v in mine)
-        protected = sum(v.criteria["worst_tenant"].passed for v in mine
-                        if v.kind == "log" and "worst_tenant" in v.criteria)
-        total = sum(len(v.criteria) for v in mine)
-        distance = sum(c.distance for v in mine if v.kind == "log" for c in v.criteria.values())
-        gains = [v.criteria["gain"].value for v in mine
-                 if v.kind == "log" and v.criteria["gain"].value is not None]
-        mean_gain = float(np.mean(gains)) if gains else -math.inf
-        rows.append((-protected, -passed, distance, -mean_gain, spec, passed, total, protected))
-    if not rows:
-        return None, "no candidate policy was judged"
-    rows.sort()
-    _, _, distance, neg_gain, spec, passed, total, protected = rows[0]
-    logs = sum(1 for v in verdicts if v.policy == spec and v.kind == "log")
-    everything = "every criterion on every workload" if passed == total else (
-        f"{passed} of {total} criteria over all workloads")
-    return spec, (f"{spec} keeps every tenant within the worst-tenant bound on {protected} of "
-                  f"{logs} logs (the most of any candidate) and passes {everything}; total "
-                  f"distance to the log criteria {distance:.3g}, mean gain {-neg_gain:.3f}")
+def recommend(verdicts: Sequence[Verdict], candidates: Sequence[str],
+              thresholds: Thresholds | None = None) -> tuple[str | None, str]:
+    """The rule of ``desched.bench.rule`` (promises first, then the smallest frontier share,
+    a gain floor, ties reported): the recommendation (``None`` without one) and the reason."""
+    name, _, reason, _ = rule_recommend(verdicts, candidates, thresholds or Thresholds())
+    return name, reason
+
+
+def tuning_pool(cases: Sequence[Case]) -> list[Case]:
+    """The log cases a tuner may see: never a held-back log (``desched.bench.holdout``)."""
+    return [c for c in cases if c.kind == "log" and not is_held_back(c.name)]
 
 
 def run_judge(
@@ -360,12 +389,16 @@ def run_judge(
     tune: Tune | None = None,
     thresholds: Thresholds | None = None,
     progress: Progress | None = None,
+    training_logs: Sequence[Case] | None = None,
 ) -> JudgeResult:
-    """Judge every policy spec on every case; today's and the oracle's rows are included.
+    """Judge every policy spec on every case; today's and the oracle's rows are included, and
+    each log's frontier (``desched.bench.frontier``).
 
-    With ``tune``, a policy's parameters on a held-out log come from ``tune(name, the other
-    log cases)`` and on a scenario from ``tune(name, every log case)``; without it, the
-    spec's parameters and the defaults (``fixed_defaults``)."""
+    With ``tune``, a policy's parameters on a log come from ``tune(name, training)`` with
+    ``training`` the other logs of ``training_logs`` (default: the run's logs) and on a
+    scenario with all of them; held-back logs are never in ``training``
+    (``tuning_pool``). Without ``tune``, the spec's parameters and the defaults
+    (``fixed_defaults``)."""
     if not cases:
         raise DeschedError("no workload to judge")
     th = thresholds or Thresholds()
@@ -374,10 +407,15 @@ def run_judge(
     order = list(dict.fromkeys([TODAY, ORACLE, *candidates]))
     for spec in order:
         resolve(cases[0], spec)  # refuse a bad spec before any simulation
-    logs = [c for c in cases if c.kind == "log"]
+    pool = tuning_pool(cases if training_logs is None else training_logs)
     verdicts: list[Verdict] = []
+    frontiers: list[Frontier] = []
     for case in cases:
-        training = [c for c in logs if c is not case]
+        training = [c for c in pool if c is not case and c.name != case.name]
+        if case.kind == "log":
+            if progress:
+                progress(f"{case.name}: the clairvoyant frontier")
+            frontiers.append(case_frontier(case, th))
         for spec in order:
             if case.kind == "scenario" and spec == ORACLE:
                 continue
@@ -386,12 +424,14 @@ def run_judge(
             name = spec.partition("?")[0]
             extra = dict(tune(name, training)) if spec not in (TODAY, ORACLE) else {}
             verdicts.append(verdict_of(case, spec, extra, th))
-    recommendation, reason = recommend(verdicts, candidates)
+    recommendation, group, reason, standings = rule_recommend(verdicts, candidates, th)
     return JudgeResult(
         today=TODAY, oracle=ORACLE, thresholds=th,
-        settings={"tune": getattr(tune, "__name__", repr(tune))},
+        settings={"tune": getattr(tune, "__name__", repr(tune)),
+                  "tuning_logs": [c.name for c in pool]},
         cases=[c.info() for c in cases], policies=order, verdicts=verdicts,
-        recommendation=recommendation, recommendation_reason=reason)
+        recommendation=recommendation, recommendation_reason=reason, tied=group,
+        frontiers=frontiers, standings=standings)
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -405,24 +445,51 @@ def _cell(c: Criterion, digits: int = 2, suffix: str = "") -> str:
     return f"{_fmt(c.value, digits)}{suffix}{mark}"
 
 
+def _x(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}×"
+
+
 def markdown(result: JudgeResult) -> str:
-    """``judge.md``: the criteria per log and policy, the no-harm table, the ranges, the
-    recommendation. ✗ marks a failed criterion."""
+    """``judge.md``: the frontier per log, the criteria per log and policy, the no-harm
+    table, the ranges, the rule's standings, the recommendation. ✗ marks a failed
+    criterion."""
     th = result.thresholds
     lines = [
         f"# Which policy to deploy: the judge against `{result.today}`",
         "",
-        (f"Criteria per real log: gain ≥ {th.gain_min}, p99 ratio ≤ {th.p99_ratio_max}×, "
-        f"Δ Jain ≥ {th.delta_jain_min}, worst tenant (≥ {th.min_tenant_tasks} tasks) ≤ "
-        f"{th.worst_tenant_max}×. ✗ marks a failed criterion."),
+        (f"The three promises per real log: p99 response ≤ {th.p99_ratio_max}× today's, "
+         f"Δ Jain ≥ {th.delta_jain_min}, every tenant with ≥ {th.min_tenant_tasks} tasks ≤ "
+         f"{th.worst_tenant_max}× its mean bounded slowdown under today's. Oracle share: the "
+         f"gain over `{result.oracle}`'s (floor {th.gain_floor}); frontier share: the gain "
+         "over the frontier's, the largest gain of a clairvoyant policy of the family "
+         "keeping the three promises (target ≥ "
+         f"{th.frontier_share_min}). ✗ marks a failed criterion."),
         "",
     ]
+    if result.frontiers:
+        lines += ["The clairvoyant frontier per log (`desched.bench.frontier`):", ""]
+        rows = []
+        for f in result.frontiers:
+            best = next((p for p in f.points if p.spec == f.best), None)
+            cut = (f.today_mean_response_s - f.oracle_mean_response_s) / f.today_mean_response_s
+            rows.append([f.workload, _fmt(f.today_mean_response_s, 0),
+                         f"{_fmt(100 * cut, 1)} %", _fmt(f.gain, 2), f.best or "none",
+                         _x(best.p99_ratio) if best else "-",
+                         _fmt(best.delta_jain, 3) if best else "-",
+                         _x(best.worst_tenant) if best else "-",
+                         f"{sum(p.kept for p in f.points)}/{len(f.points)}"])
+        lines += table_lines(["log", "today's mean response s", "oracle's cut of it",
+                              "frontier gain", "frontier point", "its p99", "its Δ Jain",
+                              "its worst tenant", "points keeping the promises"], rows)
+        lines.append("")
     lines += table_lines(
-        ["log", "policy", "gain", "p99 vs today", "Δ Jain", "worst tenant", "passed"],
-        [[v.workload, v.policy, _cell(v.criteria["gain"]), _cell(v.criteria["p99"], 2, "×"),
-          _cell(v.criteria["delta_jain"], 3),
+        ["log", "policy", "oracle share", "frontier share", "p99 vs today", "Δ Jain",
+         "worst tenant", "promises", "passed"],
+        [[v.workload, v.policy, _cell(v.criteria["gain"]), _cell(v.criteria["frontier_share"]),
+          _cell(v.criteria["p99"], 2, "×"), _cell(v.criteria["delta_jain"], 3),
           _cell(v.criteria["worst_tenant"], 2, "×")
           + ("" if v.worst_tenant_name is None else f" ({v.worst_tenant_name})"),
+          f"{sum(v.criteria[k].passed for k in PROMISES)}/{len(PROMISES)}",
           f"{v.passed}/{len(v.criteria)}"]
          for v in result.verdicts if v.kind == "log" and v.policy != result.today])
     scen = [v for v in result.verdicts if v.kind == "scenario" and v.policy != result.today]
@@ -454,18 +521,31 @@ def markdown(result: JudgeResult) -> str:
                 return "n/a"
             return f"{_fmt(min(vals), digits)} to {_fmt(max(vals), digits)}"
 
-        ranges.append([spec, span("gain", 2), span("p99", 2), span("delta_jain", 3),
-                       span("worst_tenant", 2), f"{sum(v.all_passed for v in mine)}/{len(mine)}"])
-    lines += table_lines(["policy", "gain", "p99 vs today", "Δ Jain", "worst tenant",
-                          "logs passing all four"], ranges)
+        ranges.append([spec, span("gain", 2), span("frontier_share", 2), span("p99", 2),
+                       span("delta_jain", 3), span("worst_tenant", 2),
+                       f"{sum(v.promises_kept for v in mine)}/{len(mine)}",
+                       f"{sum(v.all_passed for v in mine)}/{len(mine)}"])
+    lines += table_lines(["policy", "oracle share", "frontier share", "p99 vs today",
+                          "Δ Jain", "worst tenant", "logs keeping the promises",
+                          "logs meeting all"], ranges)
+    if result.standings:
+        lines += ["", ("The rule (`desched.bench.rule`): gain floor, then workloads with "
+                       "every promise kept, promises kept, smallest frontier share; ties "
+                       f"within {th.share_tie}:"), ""]
+        lines += table_lines(
+            ["policy", "workloads keeping every promise", "promises kept",
+             "smallest frontier share", "mean frontier share", "below the gain floor on"],
+            [[s.spec, f"{s.all_kept}/{s.workloads}", f"{s.promises_kept}/{s.promises}",
+              _fmt(s.min_share), _fmt(s.mean_share), ", ".join(s.below_floor) or "-"]
+             for s in result.standings])
     lines += ["", (f"Recommendation: **{result.recommendation or 'none'}**: "
               f"{result.recommendation_reason}."), ""]
     rec = [v for v in result.verdicts if v.policy == result.recommendation and v.kind == "log"]
     if rec and not all(v.all_passed for v in rec):
-        lines += [(f"Distance of {result.recommendation} to each criterion (0: met; gain and "
-                  "Δ Jain short of their bound, p99 and worst-tenant ratios over it):"), ""]
+        lines += [(f"Distance of {result.recommendation} to each criterion (0: met; shares "
+                  "and Δ Jain short of their bound, p99 and worst-tenant ratios over it):"), ""]
         lines += table_lines(
-            ["log", "gain", "p99", "Δ Jain", "worst tenant"],
+            ["log", "oracle share", "frontier share", "p99", "Δ Jain", "worst tenant"],
             [[v.workload, *(_fmt(v.criteria[k].distance, 3) for k in LOG_CRITERIA)]
              for v in rec])
         lines.append("")
