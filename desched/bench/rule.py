@@ -118,8 +118,10 @@ def recommend(verdicts: Sequence[Verdict], candidates: Sequence[str], th: Thresh
         worst = ", ".join(f"{s.spec} ({', '.join(s.below_floor)})" for s in rows)
         return None, [], (f"every candidate gains less than {th.gain_floor} of the oracle's "
                           f"gain on some log: {worst}"), rows
-    best = eligible[0]
-    group = [s.spec for s in eligible if tied(s, best, th)]
+    tie = [s for s in eligible if tied(s, eligible[0], th)]
+    best = min(tie, key=lambda s: (-(s.mean_share if s.mean_share is not None else -math.inf),
+                                   order[s.spec]))
+    group = [s.spec for s in tie]
     reason = (f"{best.spec} keeps every promise on {best.all_kept} of {best.workloads} "
               f"workloads ({best.promises_kept} of {best.promises} promises), smallest "
               f"frontier share {_share(best.min_share)}, mean {_share(best.mean_share)}")
