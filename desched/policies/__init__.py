@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from desched.errors import DeschedError
 from desched.policies.base import Policy, PolicyParams
+from desched.policies.boost_predicted import BoostPredicted
 from desched.policies.fair_sjf import FairSjf
 from desched.policies.fifo import Fifo
 from desched.policies.guarded_sjf import GuardedSjf
@@ -47,6 +48,7 @@ REGISTRY: dict[str, type[Policy]] = {
         IfsPredicted,
         FairSjf,
         GuardedSjf,
+        BoostPredicted,
     )
 }
 
@@ -144,7 +146,8 @@ def make_policy(
 ) -> Policy:
     """Instantiate policy ``name`` over ``tasks``; ``naive`` picks the reference twin.
 
-    Refuses a policy that reads a column the tasks lack (``predicted_s``).
+    Refuses a policy that reads a column the tasks lack (``predicted_s``). A policy that is
+    not clairvoyant (``Policy.clairvoyant``) is given ``tasks.without_durations()``.
     """
     cls = get_policy(name)
     if not isinstance(params, PolicyParams):
@@ -155,4 +158,4 @@ def make_policy(
             "(run `desched predict` first)"
         )
     impl = cls.naive if naive else cls
-    return impl(tasks, params)
+    return impl(tasks if impl.clairvoyant() else tasks.without_durations(), params)
