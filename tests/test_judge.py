@@ -262,3 +262,24 @@ def test_the_cache_keeps_apart_cases_of_different_settings(tmp_path: Path) -> No
     assert (whole.tasks, part.tasks) == (180, 120)
     assert len(list((tmp_path / "cache").glob("*.parquet"))) == 2
     assert jd.prepare_log(log, cache_dir=tmp_path / "cache", max_tasks=400).tasks == 120
+
+
+@pytest.mark.slow
+def test_desched_judge_tunes_leave_one_log_out_with_the_builtin_tuner(tmp_path: Path) -> None:
+    logs = [write_swf(tmp_path / f"syn{k}.swf", 500, k) for k in (1, 2)]
+    out = tmp_path / "out"
+    res = CliRunner().invoke(cli, ["judge", "--logs", ",".join(map(str, logs)),
+                                   "--scenarios", "none", "--policies", "guarded-sjf",
+                                   "--tune", "lolo", "--out", str(out),
+                                   "--cache", str(tmp_path / "cache")])
+    assert res.exit_code == 0, res.output
+    result = jd.read_judge(out)
+    assert result.settings == {"tune": "lolo", "tuning_logs": ["syn1", "syn2"]}
+    assert len(result.frontiers) == 2 and {f.workload for f in result.frontiers} == {"syn1",
+                                                                                      "syn2"}
+    from desched.bench.lolo import grid_of
+
+    for log in ("syn1", "syn2"):
+        assert result.verdict(log, "guarded-sjf").params in grid_of("guarded-sjf")
+    md = (out / "judge.md").read_text()
+    assert "frontier share" in md and "clairvoyant:" in md

@@ -21,7 +21,8 @@ grid, every other one at its defaults (``duration_scaled`` parameters scaled to 
 judge does). ``guarded-sjf``'s grid, ``beta = 1`` and ``a`` from 0 to 5,000 mean tasks, runs
 from nearly first-come-first-served (``a = 0``: a task is due at its first-come turn on the
 work clock) to nearly shortest-first (``a = 5,000``); ``sjf-predicted`` fed the truth is
-shortest-first itself. A policy registered later joins the family by itself (at its defaults,
+shortest-first itself; ``boost-predicted`` runs without and with its sympathy guard (10 and
+50 mean sizes). A policy registered later joins the family by itself (at its defaults,
 or its grid when it declares one here).
 
 **The frontier gain** of a log is the largest ``gain = (mean_resp_today − mean_resp_x) /
@@ -59,6 +60,7 @@ FAMILY_GRIDS: Mapping[str, tuple[Mapping[str, float], ...]] = {
     "guarded-sjf": tuple({"beta": 1.0, "a": a} for a in
                          (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0,
                           5000.0)),
+    "boost-predicted": tuple({"sympathy": x} for x in (0.0, 10.0, 50.0)),
 }
 """The stated grid of a family policy (module docstring); others run at their defaults."""
 SHARE_EPS = 1e-9
