@@ -1,7 +1,7 @@
 """The report's section "Which policy to deploy", from a deployment judge's results.
 
 ``deploy_section`` turns a ``JudgeResult`` (``desched.bench.judge``: ``desched judge``'s
-``judge.json``) into the report's ``DeploySection``: the four criteria per real log for every
+``judge.json``) into the report's ``DeploySection``: the criteria per real log for every
 judged policy, the no-harm check on the DES scenarios, the judge's recommendation and the
 service's deployed default (``desched.policies.RECOMMENDED``), which the text says agree or
 not. ``markdown_section`` writes the text, ``plot_tenant_harm`` the per-tenant harm plot
