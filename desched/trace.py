@@ -144,6 +144,15 @@ class WithheldDurations(list[float]):
     def append(self, value: float) -> None:
         return None
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> WithheldDurations:
+        return WithheldDurations()
+
+    def __copy__(self) -> WithheldDurations:
+        return WithheldDurations()
+
+    def __reduce__(self) -> tuple[type[WithheldDurations], tuple[()]]:
+        return WithheldDurations, ()
+
 
 @dataclass(slots=True)
 class TaskTable:
@@ -180,7 +189,9 @@ class TaskTable:
     def without_durations(self) -> TaskTable:
         """A view for a policy that is not clairvoyant: every column is this table's own list
         (so tasks appended here appear there), except ``duration_s``, which raises on any
-        read (``WithheldDurations``)."""
+        read (``WithheldDurations``). The view of a view is itself."""
+        if isinstance(self.duration_s, WithheldDurations):
+            return self
         return TaskTable(
             task_id=self.task_id,
             tenant=self.tenant,

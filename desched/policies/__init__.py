@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from desched.errors import DeschedError
 from desched.policies.base import Policy, PolicyParams
 from desched.policies.boost_predicted import BoostPredicted
+from desched.policies.fair_boost import FairBoost
 from desched.policies.fair_sjf import FairSjf
 from desched.policies.fifo import Fifo
 from desched.policies.guarded_sjf import GuardedSjf
@@ -49,6 +50,7 @@ REGISTRY: dict[str, type[Policy]] = {
         FairSjf,
         GuardedSjf,
         BoostPredicted,
+        FairBoost,
     )
 }
 

@@ -32,7 +32,8 @@ The estimator (what a live system knows, time only from the caller):
   ``[h 2^-40, h]`` (``mid = sqrt(lo × hi)``; ``f(mid) > 0`` moves ``hi``) give
   ``γ = sqrt(lo × hi)``. Until the first estimate every boost is 0 (first-come).
 - *Boost and guard.* A task's boost is fixed at its push with the γ of that moment
-  (``b = -log1p(-1/M) / γ``, infinite where ``M <= 1``); so is its sympathy due time
+  (``b = scale × (-log1p(-1/M) / γ)``, infinite where ``M <= 1``; ``scale = 1`` is
+  γ-Boost, larger ranks closer to shortest-first); so is its sympathy due time
   ``A_i + sympathy × mean(c + θ)`` (never, where ``sympathy = 0`` or there is no estimate).
   At a decision a queued task that is due (``due <= now``) goes first, the earliest
   ``(due, submit_s, position)``; otherwise the smallest ``(A_i - b_i, submit_s, position)``.
@@ -59,8 +60,8 @@ BISECTIONS = 40
 MAX_EXPONENT = 700.0
 
 
-class BoostParams(PolicyParams):
-    """Estimator and guard settings of ``boost-predicted`` (module docstring)."""
+class BoostEstimatorParams(PolicyParams):
+    """Settings of the online γ estimate (module docstring), shared by the Boost policies."""
 
     window: int = Field(256, ge=2, le=65536, description="dispatched tasks whose labels and "
                         "submit times estimate λ and E[e^(γS)]; γ is re-solved every window")
@@ -68,6 +69,14 @@ class BoostParams(PolicyParams):
                          "0: the most tasks seen running at once")
     max_load: float = Field(0.98, gt=0.0, lt=1.0, description="an estimated per-worker load "
                             "at or above this is solved as this load (overload fallback)")
+    scale: float = Field(1.0, gt=0.0, le=1e6, description="every boost multiplied by this: "
+                         "1 is γ-Boost; larger ranks closer to shortest-first, smaller closer "
+                         "to first-come")
+
+
+class BoostParams(BoostEstimatorParams):
+    """Estimator and guard settings of ``boost-predicted`` (module docstring)."""
+
     sympathy: float = Field(0.0, ge=0.0, description="a task waiting longer than this many "
                             "mean predicted sizes goes first, oldest first (0: no guard)")
 
@@ -101,7 +110,7 @@ class BoostEstimator:
     """The online estimate of γ from dispatched tasks (module docstring). O(1) per dispatch
     and completion, plus O(window × 40) every ``window`` dispatches (and at 2, 4, 8, ...)."""
 
-    def __init__(self, tasks: TaskTable, params: BoostParams) -> None:
+    def __init__(self, tasks: TaskTable, params: BoostEstimatorParams) -> None:
         self.tasks = tasks
         self.params = params
         self.labels: deque[tuple[float, float, float]] = deque(maxlen=params.window)
@@ -125,12 +134,7 @@ class BoostEstimator:
             return 0.0
         if m <= 1.0:
             return math.inf
-        return -math.log1p(-1.0 / m) / g
-
-    def due(self, submit_s: float) -> float:
-        if self.params.sympathy == 0.0 or self.gamma is None:
-            return math.inf
-        return submit_s + self.params.sympathy * self.mean_size
+        return self.params.scale * (-math.log1p(-1.0 / m) / g)
 
     def pushed(self, i: int) -> None:
         """A pushed task that was running (a lease that expired) runs no more."""
@@ -274,7 +278,8 @@ class BoostPredicted(Policy):
         est.pushed(i)
         s = self.tasks.submit_s[i]
         b = est.boost(*est.label(i))
-        d = est.due(s)
+        sympathy = self.params.sympathy
+        d = math.inf if sympathy == 0.0 or est.gamma is None else s + sympathy * est.mean_size
         self.keys[i] = (b, s - b, d)
         heapq.heappush(self.by_key, (s - b, s, i))
         if d != math.inf:
@@ -447,10 +452,77 @@ def naive_gamma(history: list[tuple[float, float, float]], workers: int, max_loa
     return math.sqrt(bottom * top), mean
 
 
+class NaiveBoostHistory:
+    """The naive twins' estimator: every dispatched task's label in a plain list, γ
+    re-solved from its last ``window`` entries when due, the running tasks in a list."""
+
+    def __init__(self, tasks: TaskTable, params: BoostEstimatorParams) -> None:
+        self.tasks = tasks
+        self.params = params
+        self.history: list[tuple[float, float, float]] = []
+        self.busy: list[int] = []
+        self.peak = 0
+        self.g: float | None = None
+        self.size = math.nan
+
+    def boost_of(self, i: int) -> float:
+        if self.g is None:
+            return 0.0
+        m = naive_moment(naive_label(self.tasks, i), self.g)
+        if m == math.inf:
+            return 0.0
+        if m <= 1.0:
+            return math.inf
+        return self.params.scale * (-math.log1p(-1.0 / m) / self.g)
+
+    def pushed(self, i: int) -> None:
+        if i in self.busy:
+            self.busy.remove(i)
+
+    def completed(self, i: int) -> None:
+        if i in self.busy:
+            self.busy.remove(i)
+
+    def dispatched(self, i: int) -> None:
+        self.busy.append(i)
+        self.peak = max(self.peak, len(self.busy))
+        c, theta = naive_label(self.tasks, i)
+        self.history.append((c, theta, self.tasks.submit_s[i]))
+        n, w = len(self.history), self.params.window
+        if n % w == 0 or (n < w and n in {2 ** j for j in range(1, 17)}):
+            solved = naive_gamma(self.history[-w:], self.params.workers or max(self.peak, 1),
+                                 self.params.max_load)
+            if solved is not None:
+                self.g, self.size = solved
+
+    def state(self) -> dict[str, Any]:
+        ids = self.tasks.task_id
+        return {
+            "gamma": self.g,
+            "mean_size": None if math.isnan(self.size) else self.size,
+            "dispatches": len(self.history),
+            "workers_seen": self.peak,
+            "running": sorted(ids[i] for i in self.busy),
+            "labels": [list(h) for h in self.history[-self.params.window:]],
+        }
+
+    def restore(self, est: dict[str, Any]) -> None:
+        self.g = None if est["gamma"] is None else float(est["gamma"])
+        self.size = math.nan if est["mean_size"] is None else float(est["mean_size"])
+        self.peak = int(est["workers_seen"])
+        where = {t: i for i, t in enumerate(self.tasks.task_id)}
+        self.busy = [where[t] for t in est["running"] if t in where]
+        kept = [(float(a), float(b), float(c)) for a, b, c in est["labels"]]
+        self.history = [(0.0, 0.0, 0.0)] * (int(est["dispatches"]) - len(kept)) + kept
+
+
+def naive_inf(x: float) -> float | None:
+    return None if math.isinf(x) else x
+
+
 class BoostPredictedNaive(NaivePolicy):
-    """Reference: keeps every dispatched task's label in a plain list and re-solves γ from
-    its last ``window`` entries when due; a decision scans the queue for the due task with
-    the earliest due time, else the smallest boosted arrival."""
+    """Reference: the estimator of ``NaiveBoostHistory``; a decision scans the queue for the
+    due task with the earliest due time, else the smallest boosted arrival."""
 
     name = "boost-predicted"
     summary = BoostPredicted.summary
@@ -462,30 +534,16 @@ class BoostPredictedNaive(NaivePolicy):
 
     def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
         super().__init__(tasks, params)
-        self.history: list[tuple[float, float, float]] = []
-        self.busy: list[int] = []
-        self.peak = 0
-        self.g: float | None = None
-        self.size = math.nan
+        self.est = NaiveBoostHistory(self.tasks, self.params)
         self.boost: dict[int, float] = {}
         self.due: dict[int, float] = {}
 
     def push(self, i: int, now: float) -> None:
-        if i in self.busy:
-            self.busy.remove(i)
-        b = 0.0
-        if self.g is not None:
-            m = naive_moment(naive_label(self.tasks, i), self.g)
-            if m == math.inf:
-                b = 0.0
-            elif m <= 1.0:
-                b = math.inf
-            else:
-                b = -math.log1p(-1.0 / m) / self.g
-        self.boost[i] = b
+        self.est.pushed(i)
+        self.boost[i] = self.est.boost_of(i)
         s = self.tasks.submit_s[i]
-        on = self.params.sympathy != 0.0 and self.g is not None
-        self.due[i] = s + self.params.sympathy * self.size if on else math.inf
+        on = self.params.sympathy != 0.0 and self.est.g is not None
+        self.due[i] = s + self.params.sympathy * self.est.size if on else math.inf
         super().push(i, now)
 
     def key(self, i: int, now: float) -> tuple[float, ...]:
@@ -499,52 +557,25 @@ class BoostPredictedNaive(NaivePolicy):
 
     def taken(self, i: int, now: float) -> None:
         del self.boost[i], self.due[i]
-        self.busy.append(i)
-        self.peak = max(self.peak, len(self.busy))
-        c, theta = naive_label(self.tasks, i)
-        self.history.append((c, theta, self.tasks.submit_s[i]))
-        n, w = len(self.history), self.params.window
-        if n % w == 0 or (n < w and n in {2 ** j for j in range(1, 17)}):
-            solved = naive_gamma(self.history[-w:], self.params.workers or max(self.peak, 1),
-                                 self.params.max_load)
-            if solved is not None:
-                self.g, self.size = solved
+        self.est.dispatched(i)
 
     def removed(self, i: int, now: float) -> None:
         del self.boost[i], self.due[i]
 
     def complete(self, i: int, now: float, duration_s: float) -> None:
-        if i in self.busy:
-            self.busy.remove(i)
+        self.est.completed(i)
 
     def state(self) -> dict[str, Any] | None:
         ids = self.tasks.task_id
-
-        def j(x: float) -> float | None:
-            return None if math.isinf(x) else x
-
+        s = self.tasks.submit_s
         return {
-            "estimator": {
-                "gamma": self.g,
-                "mean_size": None if math.isnan(self.size) else self.size,
-                "dispatches": len(self.history),
-                "workers_seen": self.peak,
-                "running": sorted(ids[i] for i in self.busy),
-                "labels": [list(h) for h in self.history[-self.params.window:]],
-            },
-            "keys": {ids[i]: [j(self.boost[i]), j(self.tasks.submit_s[i] - self.boost[i]),
-                              j(self.due[i])] for i in sorted(self.queue)},
+            "estimator": self.est.state(),
+            "keys": {ids[i]: [naive_inf(self.boost[i]), naive_inf(s[i] - self.boost[i]),
+                              naive_inf(self.due[i])] for i in sorted(self.queue)},
         }
 
     def restore(self, state: dict[str, Any]) -> None:
-        est = state["estimator"]
-        self.g = None if est["gamma"] is None else float(est["gamma"])
-        self.size = math.nan if est["mean_size"] is None else float(est["mean_size"])
-        self.peak = int(est["workers_seen"])
-        where = {t: i for i, t in enumerate(self.tasks.task_id)}
-        self.busy = [where[t] for t in est["running"] if t in where]
-        kept = [(float(a), float(b), float(c)) for a, b, c in est["labels"]]
-        self.history = [(0.0, 0.0, 0.0)] * (int(est["dispatches"]) - len(kept)) + kept
+        self.est.restore(state["estimator"])
         for i in self.queue:
             row = state["keys"].get(self.tasks.task_id[i])
             if row is not None:

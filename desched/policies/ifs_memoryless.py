@@ -49,9 +49,16 @@ class IfsMemorylessNaive(NaivePolicy):
         self.max_backlog = float(max(self.backlog.values()))
         self.max_wait = max(now - self.tasks.submit_s[i] for i in self.queue)
 
+    @staticmethod
+    def share(x: float, x_max: float) -> float:
+        """``x / x_max``, 0 where the maximum is 0 (the twin's own, not ``norm``)."""
+        if x_max <= 0:
+            return 0.0
+        return x / x_max
+
     def parts_of(self, i: int, now: float) -> tuple[float, float]:
-        nb = norm(self.backlog[self.tasks.tenant[i]], self.max_backlog)
-        nw = norm(now - self.tasks.submit_s[i], self.max_wait)
+        nb = self.share(self.backlog[self.tasks.tenant[i]], self.max_backlog)
+        nw = self.share(now - self.tasks.submit_s[i], self.max_wait)
         return nb, nw
 
     def key(self, i: int, now: float) -> tuple[float, ...]:
