@@ -100,3 +100,13 @@ def test_the_frontier_of_hand_made_outcomes_skips_points_that_break_a_promise() 
     # when the oracle does not beat today, no frontier is defined
     same = fr.frontier_from("hand", today, today, points, jd.Thresholds())
     assert same.gain is None and same.best is None
+
+
+def test_every_stated_grid_names_a_registered_predictive_policy_and_valid_parameters() -> None:
+    from desched.bench.roles import predictive
+    from desched.policies import parse_params
+
+    for name, points in fr.FAMILY_GRIDS.items():
+        assert predictive(name), name
+        for point in points:
+            parse_params(name, {k: str(v) for k, v in point.items()})

@@ -21,9 +21,10 @@ grid, every other one at its defaults (``duration_scaled`` parameters scaled to 
 judge does). ``guarded-sjf``'s grid, ``beta = 1`` and ``a`` from 0 to 5,000 mean tasks, runs
 from nearly first-come-first-served (``a = 0``: a task is due at its first-come turn on the
 work clock) to nearly shortest-first (``a = 5,000``); ``sjf-predicted`` fed the truth is
-shortest-first itself; ``boost-predicted`` runs without and with its sympathy guard (10 and
-50 mean sizes). A policy registered later joins the family by itself (at its defaults,
-or its grid when it declares one here).
+shortest-first itself; ``boost-predicted`` runs with its boosts scaled by 0.25 to 64 (towards
+first-come below 1, towards shortest-first above) and once with a sympathy guard of 10 mean
+sizes; ``fair-boost`` with scales 1, 4 and 16. A policy registered later joins the family by
+itself (at its defaults, or its grid when it declares one here).
 
 **The frontier gain** of a log is the largest ``gain = (mean_resp_today − mean_resp_x) /
 (mean_resp_today − mean_resp_oracle)`` over the family's points that keep the three
@@ -60,7 +61,9 @@ FAMILY_GRIDS: Mapping[str, tuple[Mapping[str, float], ...]] = {
     "guarded-sjf": tuple({"beta": 1.0, "a": a} for a in
                          (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0,
                           5000.0)),
-    "boost-predicted": tuple({"sympathy": x} for x in (0.0, 10.0, 50.0)),
+    "boost-predicted": (*({"scale": x} for x in (0.25, 1.0, 4.0, 16.0, 64.0)),
+                        {"scale": 1.0, "sympathy": 10.0}),
+    "fair-boost": tuple({"scale": x} for x in (1.0, 4.0, 16.0)),
 }
 """The stated grid of a family policy (module docstring); others run at their defaults."""
 SHARE_EPS = 1e-9
