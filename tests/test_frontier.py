@@ -110,3 +110,15 @@ def test_every_stated_grid_names_a_registered_predictive_policy_and_valid_parame
         assert predictive(name), name
         for point in points:
             parse_params(name, {k: str(v) for k, v in point.items()})
+
+
+def test_the_deployable_frontier_runs_the_same_family_on_the_predictions() -> None:
+    case = starving_case()  # every prediction 50 s: no policy can tell the tasks apart
+    f = fr.frontier_of(case, specs=["sjf-predicted"], clairvoyant=False)
+    (point,) = f.points
+    assert point.spec == "sjf-predicted" and not point.clairvoyant
+    sjf_blind = jd.evaluate(case, "sjf-predicted")
+    assert point.gain == pytest.approx(
+        (f.today_mean_response_s - sjf_blind.mean_response_s)
+        / (f.today_mean_response_s - f.oracle_mean_response_s))
+    assert point.gain != pytest.approx(1.0)  # the clairvoyant twin's sjf is the oracle

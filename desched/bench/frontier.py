@@ -160,19 +160,28 @@ def frontier_from(workload: str, today: Outcome, oracle: Outcome,
 
 
 def frontier_of(case: Case, th: Thresholds | None = None,
-                specs: Sequence[str] | None = None) -> Frontier:
+                specs: Sequence[str] | None = None, *, clairvoyant: bool = True) -> Frontier:
     """The frontier of log ``case`` over ``specs`` (default: ``family()``), each fed the true
-    durations; simulations cached in the clairvoyant twin."""
+    durations; simulations cached in the clairvoyant twin.
+
+    ``clairvoyant=False`` runs the same family on the case's own predictions instead: the
+    *deployable* frontier, a diagnostic (how much of the frontier prediction error costs the
+    family at its best parameters for this very log), never a policy's parameters."""
     from desched.bench.judge import ORACLE, TODAY, Thresholds, evaluate
 
     th = th or Thresholds()
-    twin = clairvoyant_case(case)
+    target = clairvoyant_case(case) if clairvoyant else case
+    prefix = CLAIRVOYANT_PREFIX if clairvoyant else ""
     today, oracle = evaluate(case, TODAY), evaluate(case, ORACLE)
     points: list[tuple[str, Outcome]] = []
     for spec in (family() if specs is None else specs):
-        out = evaluate(twin, spec)
-        points.append((CLAIRVOYANT_PREFIX + out.policy, out))
-    return frontier_from(case.name, today, oracle, points, th)
+        out = evaluate(target, spec)
+        points.append((prefix + out.policy, out))
+    frontier = frontier_from(case.name, today, oracle, points, th)
+    if not clairvoyant:
+        frontier = frontier.model_copy(update={"points": [
+            p.model_copy(update={"clairvoyant": False}) for p in frontier.points]})
+    return frontier
 
 
 def describe(frontier: Frontier) -> dict[str, Any]:

@@ -183,6 +183,9 @@ class JudgeResult(Record):
     tied: list[str] = Field(default_factory=list)
     """Every candidate tied with the recommendation under the rule, itself included."""
     frontiers: list[Frontier] = Field(default_factory=list)
+    deployable_frontiers: list[Frontier] = Field(default_factory=list)
+    """Per log, the same family on the log's predictions (``frontier_of(clairvoyant=False)``):
+    a diagnostic of what prediction error costs, never used to choose anything."""
     standings: list[Standing] = Field(default_factory=list)
     """Every candidate's figures under the rule (``desched.bench.rule``), best first."""
 
@@ -414,12 +417,14 @@ def run_judge(
     pool = tuning_pool(cases if training_logs is None else training_logs)
     verdicts: list[Verdict] = []
     frontiers: list[Frontier] = []
+    deployable: list[Frontier] = []
     for case in cases:
         training = [c for c in pool if c is not case and c.name != case.name]
         if case.kind == "log":
             if progress:
                 progress(f"{case.name}: the clairvoyant frontier")
             frontiers.append(case_frontier(case, th))
+            deployable.append(frontier_of(case, th, clairvoyant=False))
         for spec in order:
             if case.kind == "scenario" and spec == ORACLE:
                 continue
@@ -435,7 +440,7 @@ def run_judge(
                   "tuning_logs": [c.name for c in pool]},
         cases=[c.info() for c in cases], policies=order, verdicts=verdicts,
         recommendation=recommendation, recommendation_reason=reason, tied=group,
-        frontiers=frontiers, standings=standings)
+        frontiers=frontiers, deployable_frontiers=deployable, standings=standings)
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -471,20 +476,27 @@ def markdown(result: JudgeResult) -> str:
         "",
     ]
     if result.frontiers:
-        lines += ["The clairvoyant frontier per log (`desched.bench.frontier`):", ""]
+        lines += [("The clairvoyant frontier per log (`desched.bench.frontier`); the last two "
+                   "columns run the same family on the log's predictions, at its best point "
+                   "for that very log (a diagnostic of prediction error, not a candidate):"),
+                  ""]
         rows = []
+        deployable = {f.workload: f for f in result.deployable_frontiers}
         for f in result.frontiers:
             best = next((p for p in f.points if p.spec == f.best), None)
+            d = deployable.get(f.workload)
             cut = (f.today_mean_response_s - f.oracle_mean_response_s) / f.today_mean_response_s
             rows.append([f.workload, _fmt(f.today_mean_response_s, 0),
                          f"{_fmt(100 * cut, 1)} %", _fmt(f.gain, 2), f.best or "none",
                          _x(best.p99_ratio) if best else "-",
                          _fmt(best.delta_jain, 3) if best else "-",
                          _x(best.worst_tenant) if best else "-",
-                         f"{sum(p.kept for p in f.points)}/{len(f.points)}"])
+                         f"{sum(p.kept for p in f.points)}/{len(f.points)}",
+                         _fmt(d.gain) if d else "-", (d.best or "none") if d else "-"])
         lines += table_lines(["log", "today's mean response s", "oracle's cut of it",
                               "frontier gain", "frontier point", "its p99", "its Δ Jain",
-                              "its worst tenant", "points keeping the promises"], rows)
+                              "its worst tenant", "points keeping the promises",
+                              "on predictions: best gain", "at"], rows)
         lines.append("")
     lines += table_lines(
         ["log", "policy", "oracle share", "frontier share", "p99 vs today", "Δ Jain",
