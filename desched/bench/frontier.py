@@ -40,15 +40,22 @@ twin of the case (``clairvoyant_case``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
 from desched.bench.judge_cases import PREDICTED_COLUMNS, Case
+from desched.bench.verdicts import (
+    ORACLE,
+    SHARE_EPS,
+    TODAY,
+    Outcome,
+    Thresholds,
+    evaluate,
+    frontier_share,
+    log_criteria,
+)
 from desched.records import Record
-
-if TYPE_CHECKING:
-    from desched.bench.judge import Outcome, Thresholds
 
 __all__ = [
     "CLAIRVOYANT_PREFIX", "FAMILY_GRIDS", "Frontier", "FrontierPoint", "clairvoyant_case",
@@ -66,8 +73,6 @@ FAMILY_GRIDS: Mapping[str, tuple[Mapping[str, float], ...]] = {
     "fair-boost": tuple({"scale": x} for x in (1.0, 4.0, 16.0)),
 }
 """The stated grid of a family policy (module docstring); others run at their defaults."""
-SHARE_EPS = 1e-9
-"""A frontier gain at most this is "no safe gain": frontier shares are then undefined."""
 
 
 class FrontierPoint(Record):
@@ -127,19 +132,9 @@ def family(grids: Mapping[str, Sequence[Mapping[str, float]]] | None = None) -> 
     return specs
 
 
-def frontier_share(gain: float | None, frontier_gain: float | None) -> float | None:
-    """``gain / frontier_gain``; ``None`` when either is undefined or the frontier is not
-    positive."""
-    if gain is None or frontier_gain is None or frontier_gain <= SHARE_EPS:
-        return None
-    return gain / frontier_gain
-
-
 def frontier_from(workload: str, today: Outcome, oracle: Outcome,
                   points: Sequence[tuple[str, Outcome]], th: Thresholds) -> Frontier:
     """The frontier of one log from outcomes already simulated (pure: no simulation)."""
-    from desched.bench.judge import log_criteria
-
     rows: list[FrontierPoint] = []
     best: tuple[float, str] | None = None
     defined = log_criteria(today, today, oracle, th)[0]["gain"].value is not None
@@ -167,8 +162,6 @@ def frontier_of(case: Case, th: Thresholds | None = None,
     ``clairvoyant=False`` runs the same family on the case's own predictions instead: the
     *deployable* frontier, a diagnostic (how much of the frontier prediction error costs the
     family at its best parameters for this very log), never a policy's parameters."""
-    from desched.bench.judge import ORACLE, TODAY, Thresholds, evaluate
-
     th = th or Thresholds()
     target = clairvoyant_case(case) if clairvoyant else case
     prefix = CLAIRVOYANT_PREFIX if clairvoyant else ""

@@ -25,15 +25,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
+from desched.bench.verdicts import PROMISES, Thresholds, Verdict, promise_checks
 from desched.records import Record
 
-if TYPE_CHECKING:
-    from desched.bench.judge import Thresholds, Verdict
-
-PROMISES: tuple[str, ...] = ("p99", "delta_jain", "worst_tenant")
-"""The promise criteria of a log verdict (a scenario's promises are all its criteria)."""
+__all__ = ["PROMISES", "Standing", "promise_checks", "rank_key", "recommend", "standing", "tied"]
 
 
 class Standing(Record):
@@ -51,13 +47,6 @@ class Standing(Record):
     @property
     def eligible(self) -> bool:
         return not self.below_floor
-
-
-def promise_checks(v: Verdict) -> list[bool]:
-    """Whether each promise of verdict ``v`` holds."""
-    if v.kind == "log":
-        return [v.criteria[k].passed for k in PROMISES if k in v.criteria]
-    return [c.passed for c in v.criteria.values()]
 
 
 def standing(spec: str, verdicts: Sequence[Verdict], th: Thresholds) -> Standing:
