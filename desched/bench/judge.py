@@ -290,7 +290,8 @@ def markdown(result: JudgeResult) -> str:
             best = next((p for p in f.points if p.spec == f.best), None)
             d = deployable.get(f.workload)
             cut = (f.today_mean_response_s - f.oracle_mean_response_s) / f.today_mean_response_s
-            rows.append([f.workload, _fmt(f.today_mean_response_s, 0),
+            held = " (held back)" if is_held_back(f.workload) else ""
+            rows.append([f.workload + held, _fmt(f.today_mean_response_s, 0),
                          f"{_fmt(100 * cut, 1)} %", _fmt(f.gain, 2), f.best or "none",
                          _x(best.p99_ratio) if best else "-",
                          _fmt(best.delta_jain, 3) if best else "-",
