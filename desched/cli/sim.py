@@ -316,10 +316,16 @@ def compare(
 
 
 @click.command()
-def policies() -> None:
+@click.option("--markdown", is_flag=True,
+              help="print the README's policy table (generated from the registry) instead")
+def policies(markdown: bool) -> None:
     """List the registered policies, their parameters and what they do."""
-    from desched.policies import REGISTRY
+    from desched.policies import REGISTRY, registry_markdown
     from desched.policies.learnable import learnable_keys
+
+    if markdown:
+        click.echo(registry_markdown(), nl=False)
+        return
 
     for name in sorted(REGISTRY):
         cls = REGISTRY[name]

@@ -20,7 +20,8 @@ The estimator (what a live system knows, time only from the caller):
   ``γθ < 1`` and ``γc <= 700``, infinite (boost 0) otherwise.
 - *Arrival rate and size distribution.* The last ``window`` dispatched tasks (a pop or a
   ``take``): ``λ = (n - 1) / (max submit_s - min submit_s) / workers`` over their ``n``
-  labels and ``E[e^(γS)]`` the mean of their ``M_l(γ)`` (``math.fsum``). ``workers`` is the
+  labels and ``E[e^(γS)]`` the mean of their ``M_l(γ)`` (numpy's ``exp`` per label, the
+  sum by ``math.fsum``, so that both twins get the same bits). ``workers`` is the
   parameter, or where it is 0 the most tasks seen dispatched and not yet completed at once.
 - *γ.* Re-solved after the 2nd, 4th, 8th, ... dispatch below ``window`` and after every
   ``window``-th one. With ``ρ = λ × mean(c + θ)``, an unstable estimate (``ρ >= max_load``,
@@ -50,6 +51,7 @@ from collections import deque
 from collections.abc import Collection, Iterator
 from typing import Any
 
+import numpy as np
 from pydantic import Field
 
 from desched.policies.base import NaivePolicy, Policy, PolicyParams
@@ -166,16 +168,19 @@ class BoostEstimator:
         rho = lam * mean_size
         if rho >= self.params.max_load:
             lam *= self.params.max_load / rho
-        cs = [x[0] for x in labels]
-        thetas = [x[1] for x in labels]
+        cs = np.array([x[0] for x in labels])
+        thetas = np.array([x[1] for x in labels])
 
         def excess(g: float) -> float:
-            total = math.fsum(mgf(c, th, g) for c, th in zip(cs, thetas))
-            return lam * (total / n - 1.0) - g
+            gc, gt = cs * g, thetas * g
+            with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+                m = np.exp(gc) / (1.0 - gt)
+            m[(gt >= 1.0) | (gc > MAX_EXPONENT)] = np.inf
+            return lam * (math.fsum(m.tolist()) / n - 1.0) - g
 
-        positive = [th for th in thetas if th > 0]
-        if positive:
-            hi = 1.0 / max(positive)
+        top_theta = float(thetas.max())
+        if top_theta > 0:
+            hi = 1.0 / top_theta
         else:
             hi = 1.0 / mean_size
             for _ in range(2000):
@@ -258,7 +263,7 @@ class BoostPredicted(Policy):
                "estimated online; optional oldest-first guard")
     Params = BoostParams
     components = ("boost_s",)
-    reads = frozenset({"predicted_s"})
+    reads = frozenset({"predicted_s", "predicted_p50_s", "predicted_p90_s"})
     tenant_state = frozenset({"clock"})
     params: BoostParams
 
@@ -430,8 +435,14 @@ def naive_gamma(history: list[tuple[float, float, float]], workers: int, max_loa
     if rate * mean >= max_load:
         rate = rate * (max_load / (rate * mean))
 
+    shift = np.array([h[0] for h in history])
+    scale = np.array([h[1] for h in history])
+
     def f(g: float) -> float:
-        return rate * (math.fsum(naive_moment((h[0], h[1]), g) for h in history) / n - 1.0) - g
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            moments = np.exp(g * shift) / (1.0 - g * scale)
+        moments[~(g * scale < 1.0) | (g * shift > 700.0)] = np.inf
+        return rate * (math.fsum(moments.tolist()) / n - 1.0) - g
 
     scales = [h[1] for h in history if h[1] > 0]
     if scales:
@@ -528,7 +539,7 @@ class BoostPredictedNaive(NaivePolicy):
     summary = BoostPredicted.summary
     Params = BoostParams
     components = ("boost_s",)
-    reads = frozenset({"predicted_s"})
+    reads = frozenset({"predicted_s", "predicted_p50_s", "predicted_p90_s"})
     tenant_state = frozenset({"clock"})
     params: BoostParams
 

@@ -63,7 +63,7 @@ class FairBoost(Vtc):
     summary = ("least-served backlogged tenant first (predicted cost, corrected at "
                "completion); γ-Boost order inside the tenant")
     Params = BoostEstimatorParams
-    reads = frozenset({"predicted_s"})
+    reads = frozenset({"predicted_s", "predicted_p50_s", "predicted_p90_s"})
     tenant_state = frozenset({"service"})
     params: BoostEstimatorParams
 
@@ -74,12 +74,18 @@ class FairBoost(Vtc):
         self.boosted: dict[int, float] = {}
 
     def task_key(self, i: int) -> tuple[float, ...]:
-        return (self.boosted[i], self.tasks.submit_s[i])
+        """``(boosted arrival, submit_s)``; for a task not pushed yet (a gate asks for its
+        ``tenant_order`` just before the push), the boosted arrival its push would fix."""
+        s = self.tasks.submit_s[i]
+        b = self.boosted.get(i)
+        if b is None:
+            est = self.estimator
+            b = s - est.boost(*est.label(i))
+        return (b, s)
 
     def push(self, i: int, now: float) -> None:
-        est = self.estimator
-        est.pushed(i)
-        self.boosted[i] = self.tasks.submit_s[i] - est.boost(*est.label(i))
+        self.estimator.pushed(i)
+        self.boosted[i] = self.task_key(i)[0]
         super().push(i, now)
 
     def pop(self, now: float) -> int:
@@ -132,7 +138,7 @@ class FairBoostNaive(VtcNaive):
     name = "fair-boost"
     summary = FairBoost.summary
     Params = BoostEstimatorParams
-    reads = frozenset({"predicted_s"})
+    reads = frozenset({"predicted_s", "predicted_p50_s", "predicted_p90_s"})
     tenant_state = frozenset({"service"})
     params: BoostEstimatorParams
 
