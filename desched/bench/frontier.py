@@ -16,15 +16,15 @@ first-come-first-served minimises the largest response.)
 each *fed the true durations*: the bench replaces ``predicted_s`` and its quantile columns by
 ``duration_s`` (``clairvoyant_frame``) and names the run ``clairvoyant:SPEC``, so a
 clairvoyant point declares itself in every table; the policies' own code is unchanged and
-reads only ``predicted_s``. A policy listed in ``FAMILY_GRIDS`` runs at each point of its
-grid, every other one at its defaults (``duration_scaled`` parameters scaled to the log as the
-judge does). ``guarded-sjf``'s grid, ``beta = 1`` and ``a`` from 0 to 5,000 mean tasks, runs
+reads only ``predicted_s``. A policy runs at each point of the grid its parameters declare
+(``Params.frontier_grid``), or at its defaults where it declares none (``duration_scaled``
+parameters scaled to the log as the judge does). ``guarded-sjf``'s grid, ``beta = 1`` and ``a`` from 0 to 5,000 mean tasks, runs
 from nearly first-come-first-served (``a = 0``: a task is due at its first-come turn on the
 work clock) to nearly shortest-first (``a = 5,000``); ``sjf-predicted`` fed the truth is
 shortest-first itself; ``boost-predicted`` runs with its boosts scaled by 0.25 to 64 (towards
 first-come below 1, towards shortest-first above) and once with a sympathy guard of 10 mean
 sizes; ``fair-boost`` with scales 1, 4 and 16. A policy registered later joins the family by
-itself (at its defaults, or its grid when it declares one here).
+itself (at its defaults, or at the grid it declares).
 
 **The frontier gain** of a log is the largest ``gain = (mean_resp_today − mean_resp_x) /
 (mean_resp_today − mean_resp_oracle)`` over the family's points that keep the three
@@ -58,21 +58,12 @@ from desched.bench.verdicts import (
 from desched.records import Record
 
 __all__ = [
-    "CLAIRVOYANT_PREFIX", "FAMILY_GRIDS", "Frontier", "FrontierPoint", "clairvoyant_case",
+    "CLAIRVOYANT_PREFIX", "Frontier", "FrontierPoint", "clairvoyant_case",
     "clairvoyant_frame", "family", "frontier_from", "frontier_of", "frontier_share",
 ]
 
 CLAIRVOYANT_PREFIX = "clairvoyant:"
 """How a family point names itself: ``clairvoyant:guarded-sjf?beta=1&a=5``."""
-FAMILY_GRIDS: Mapping[str, tuple[Mapping[str, float], ...]] = {
-    "guarded-sjf": tuple({"beta": 1.0, "a": a} for a in
-                         (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0,
-                          5000.0)),
-    "boost-predicted": (*({"scale": x} for x in (0.25, 1.0, 4.0, 16.0, 64.0)),
-                        {"scale": 1.0, "sympathy": 10.0}),
-    "fair-boost": tuple({"scale": x} for x in (1.0, 4.0, 16.0)),
-}
-"""The stated grid of a family policy (module docstring); others run at their defaults."""
 
 
 class FrontierPoint(Record):
@@ -120,14 +111,17 @@ def clairvoyant_case(case: Case) -> Case:
 
 
 def family(grids: Mapping[str, Sequence[Mapping[str, float]]] | None = None) -> list[str]:
-    """The family's policy specs (without the prefix), registry order, each grid in order."""
+    """The family's policy specs (without the prefix), registry order, each grid in order:
+    every predictive policy at each point of its ``Params.frontier_grid`` (its defaults when
+    empty), or of ``grids[name]`` when given."""
     from desched.bench.roles import predictive_policies
     from desched.bench.specs import policy_spec
+    from desched.policies import get_policy
 
-    grids = FAMILY_GRIDS if grids is None else grids
     specs: list[str] = []
     for name in predictive_policies():
-        points = grids.get(name) or ({},)
+        declared = get_policy(name).Params.frontier_grid
+        points = (grids.get(name) if grids is not None else None) or declared or ({},)
         specs += [policy_spec(name, dict(p)) for p in points]
     return specs
 
