@@ -105,7 +105,7 @@ def test_gamma_of_exponential_sizes_is_the_mm1_decay_rate(rho):
 
 def test_a_point_label_gets_the_boost_of_a_known_size():
     # b(s) = (1/g) ln(1 / (1 - e^(-g s))) (Yu & Scully, the known-size rule)
-    est = _estimate([(3.0, 0.0, float(j)) for j in range(50)], BoostParams(workers=1))
+    est = _estimate([(3.0, 0.0, float(j)) for j in range(50)], BoostParams(workers=1, scale=1.0))
     g = est.gamma
     assert g is not None and g > 0
     # the root: g = lambda (e^(g s) - 1), lambda = 1 / s per second at rho = 3 capped to 0.98

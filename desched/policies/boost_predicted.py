@@ -63,7 +63,17 @@ MAX_EXPONENT = 700.0
 
 
 class BoostEstimatorParams(PolicyParams):
-    """Settings of the online γ estimate (module docstring), shared by the Boost policies."""
+    """Settings of the online γ estimate (module docstring), shared by the Boost policies.
+
+    Default ``scale = 10``, chosen on the development data only: the four bundled logs that
+    ``desched.bench.holdout`` does not hold back (LANL-CM5, SDSC-Par, Sandia-Ross,
+    LLNL-Thunder; judge protocol, 70 % train, load 0.9) and the scenarios' seed 1, grid
+    {1, 3, 5, 10, 20, 30}: the setting that keeps the three promises (p99 <= 1.05x today,
+    Jain >= today - 0.02, every tenant <= 2x) on the most logs (2 of 4: LANL, SDSC; 1 and 3
+    keep them on none and one) and harms neither ``steady`` nor ``flood`` (1, 3 and 5 lower
+    ``flood``'s Jain slightly). No setting keeps them on Sandia-Ross, where first-come order
+    itself leaves one tenant 2.7x worse than today's scorer, nor on LLNL-Thunder (Jain).
+    """
 
     window: int = Field(256, ge=2, le=65536, description="dispatched tasks whose labels and "
                         "submit times estimate λ and E[e^(γS)]; γ is re-solved every window")
@@ -71,7 +81,7 @@ class BoostEstimatorParams(PolicyParams):
                          "0: the most tasks seen running at once")
     max_load: float = Field(0.98, gt=0.0, lt=1.0, description="an estimated per-worker load "
                             "at or above this is solved as this load (overload fallback)")
-    scale: float = Field(1.0, gt=0.0, le=1e6, description="every boost multiplied by this: "
+    scale: float = Field(10.0, gt=0.0, le=1e6, description="every boost multiplied by this: "
                          "1 is γ-Boost; larger ranks closer to shortest-first, smaller closer "
                          "to first-come")
 
@@ -84,6 +94,8 @@ class BoostParams(BoostEstimatorParams):
 
     sympathy: float = Field(0.0, ge=0.0, description="a task waiting longer than this many "
                             "mean predicted sizes goes first, oldest first (0: no guard)")
+    """Off by default: on the development logs a guard at 5-20 mean sizes removes most of
+    the gain (LANL-CM5 0.23 -> 0.00-0.01) and does not cure Sandia-Ross's worst tenant."""
 
     frontier_grid: ClassVar[tuple[Mapping[str, float], ...]] = (
         *({"scale": x} for x in (0.25, 1.0, 4.0, 16.0, 64.0)), {"scale": 1.0, "sympathy": 10.0})
