@@ -55,7 +55,7 @@ REGISTRY: dict[str, type[Policy]] = {
 }
 
 
-RECOMMENDED = "guarded-sjf"
+RECOMMENDED = "boost-predicted"
 """The policy to deploy where a duration model is loaded: the live service's default when no
 policy is recorded, and the report's "deployed default". It is the recommendation of the
 deployment judge on the development logs by issue 19's rule (``desched judge --set dev``,
