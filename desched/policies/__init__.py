@@ -57,11 +57,12 @@ REGISTRY: dict[str, type[Policy]] = {
 }
 
 
-RECOMMENDED = "guarded-sjf"
+RECOMMENDED = "boost-predicted"
 """The policy to deploy where a duration model is loaded: the live service's default when no
 policy is recorded, and the report's "deployed default". It is the recommendation of the
-deployment judge (``desched judge``, docs/deploy-policy.md); change it only with a judge run
-that recommends another."""
+deployment judge on the development logs by issue 19's rule (``desched judge --set dev``,
+``desched.bench.rule``, docs/deploy-policy.md); change it only with a judge run that
+recommends another."""
 WITHOUT_PREDICTION = TODAY_SCORER
 """The service's default when no duration model is loaded: a policy that reads no
 ``predicted_s`` (today's scorer)."""

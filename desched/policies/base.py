@@ -70,6 +70,10 @@ class PolicyParams(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     duration_scaled: ClassVar[Mapping[str, float]] = MappingProxyType({})
+    frontier_grid: ClassVar[tuple[Mapping[str, float], ...]] = ()
+    """The points at which the judge's clairvoyant frontier runs the policy fed the true
+    durations (``desched.bench.frontier``), ordered from nearly first-come to nearly
+    shortest-first; empty: its defaults only."""
 
 
 class Policy(ABC):

@@ -48,8 +48,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Collection, Iterator
-from typing import Any
+from collections.abc import Collection, Iterator, Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 from pydantic import Field
@@ -85,6 +85,9 @@ class BoostEstimatorParams(PolicyParams):
                          "1 is γ-Boost; larger ranks closer to shortest-first, smaller closer "
                          "to first-come")
 
+    frontier_grid: ClassVar[tuple[Mapping[str, float], ...]] = tuple(
+        {"scale": x} for x in (1.0, 4.0, 16.0))
+
 
 class BoostParams(BoostEstimatorParams):
     """Estimator and guard settings of ``boost-predicted`` (module docstring)."""
@@ -93,6 +96,9 @@ class BoostParams(BoostEstimatorParams):
                             "mean predicted sizes goes first, oldest first (0: no guard)")
     """Off by default: on the development logs a guard at 5-20 mean sizes removes most of
     the gain (LANL-CM5 0.23 -> 0.00-0.01) and does not cure Sandia-Ross's worst tenant."""
+
+    frontier_grid: ClassVar[tuple[Mapping[str, float], ...]] = (
+        *({"scale": x} for x in (0.25, 1.0, 4.0, 16.0, 64.0)), {"scale": 1.0, "sympathy": 10.0})
 
 
 # -- the fast estimator ---------------------------------------------------------------------

@@ -20,7 +20,7 @@ sums and the naive twin's rescans agree exactly.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -48,6 +48,9 @@ class GuardedSjfParams(LearnableParams):
     lowers Jain's index on ``flood``); docs/deploy-policy-research.md.
     """
 
+    frontier_grid: ClassVar[tuple[Mapping[str, float], ...]] = tuple(
+        {"beta": 1.0, "a": a}
+        for a in (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 5000.0))
     search: ClassVar[SearchSpace] = SearchSpace((
         Range("beta", 1.0, 4.0, grid=(1.0, 1.05, 1.1, 1.25, 1.5, 2.0)),
         Range("a", 0.0, 500.0, grid=(0.0, 5.0, 10.0, 20.0, 50.0, 200.0)),

@@ -1,7 +1,7 @@
 """The report's section "Which policy to deploy", from a deployment judge's results.
 
 ``deploy_section`` turns a ``JudgeResult`` (``desched.bench.judge``: ``desched judge``'s
-``judge.json``) into the report's ``DeploySection``: the four criteria per real log for every
+``judge.json``) into the report's ``DeploySection``: the criteria per real log for every
 judged policy, the no-harm check on the DES scenarios, the judge's recommendation and the
 service's deployed default (``desched.policies.RECOMMENDED``), which the text says agree or
 not. ``markdown_section`` writes the text, ``plot_tenant_harm`` the per-tenant harm plot
@@ -39,6 +39,7 @@ def deploy_section(result: JudgeResult, source: str) -> DeploySection:
             c = v.criteria
             rows.append(DeployRow(
                 workload=v.workload, policy=v.policy, gain=c["gain"].value,
+                frontier_share=c["frontier_share"].value if "frontier_share" in c else None,
                 p99_ratio=c["p99"].value, delta_jain=c["delta_jain"].value,
                 worst_tenant=c["worst_tenant"].value, worst_tenant_name=v.worst_tenant_name,
                 passed=v.passed, criteria=len(c), failed=failed,
@@ -120,11 +121,15 @@ def markdown_section(d: DeploySection | None, plot: str | None) -> list[str]:
         (f"Judged by `desched judge` (`{d.source}`): per real log, the duration model is "
          "trained on the first part of the log by submit time and the rest is simulated "
          f"at utilisation {fmt(d.load, 2)} against today's `{d.today}` and the clairvoyant "
-         f"`{d.oracle}`. A policy must keep a gain of at least {fmt(th['gain_min'], 1)} of "
-         f"the clairvoyant's, a p99 response of at most {fmt(th['p99_ratio_max'], 1)}× "
-         f"today's, a Jain's index (per-tenant mean bounded slowdown) no lower, and no tenant "
-         f"with {th['min_tenant_tasks']:.0f} tasks or more worse than "
-         f"{fmt(th['worst_tenant_max'], 1)}×; ✗ marks a failed criterion."), "",
+         f"`{d.oracle}`. The three promises: a p99 response of at most "
+         f"{fmt(th['p99_ratio_max'], 2)}× today's, a Jain's index (per-tenant mean bounded "
+         f"slowdown) at least today's {fmt(th['delta_jain_min'], 2, sign=True)}, and no "
+         f"tenant with {th['min_tenant_tasks']:.0f} tasks or more worse than "
+         f"{fmt(th['worst_tenant_max'], 1)}×. The oracle share is the gain over the "
+         f"clairvoyant's (at least {fmt(th['gain_floor'], 1)}); the frontier share the gain "
+         "over the largest gain a clairvoyant policy of the judge's family reaches keeping "
+         f"the promises (target {fmt(th['frontier_share_min'], 1)}); ✗ marks a failed "
+         "criterion."), "",
     ]
 
     def worst(r: DeployRow) -> str:
@@ -132,8 +137,10 @@ def markdown_section(d: DeploySection | None, plot: str | None) -> list[str]:
         return _mark(r, "worst_tenant", _x(r.worst_tenant) + name)
 
     lines += table_lines(
-        ["log", "policy", "gain", "p99 vs today", "Δ Jain", "worst tenant", "passed"],
+        ["log", "policy", "oracle share", "frontier share", "p99 vs today", "Δ Jain",
+         "worst tenant", "passed"],
         [[f"`{r.workload}`", f"`{r.policy}`", _mark(r, "gain", fmt(r.gain, 2)),
+          _mark(r, "frontier_share", fmt(r.frontier_share, 2)),
           _mark(r, "p99", _x(r.p99_ratio)),
           _mark(r, "delta_jain", fmt(r.delta_jain, 3, sign=True)), worst(r),
           f"{r.passed} of {r.criteria}"] for r in d.rows])
@@ -156,9 +163,9 @@ def markdown_section(d: DeploySection | None, plot: str | None) -> list[str]:
     passing = ", ".join(f"`{p}`" for p in d.all_pass) or "no candidate"
     lines += ["", f"Every criterion on every workload: {passing}.", "",
               (f"**Recommendation: `{rec}`**, which passes {d.recommendation_passed} of "
-               f"{d.recommendation_criteria} criteria over all workloads, {standing(d)}."
-               if rec else
-               "**No recommendation**: no candidate was judged."),
+               f"{d.recommendation_criteria} criteria over all workloads, {standing(d)} (the "
+               "rule: promises first, then the highest smallest frontier share)." if rec else
+               "**No recommendation**: no candidate clears the rule."),
               (f"The service's default with a duration model is `{d.deployed_default}` "
                "(`desched.policies.RECOMMENDED`)"
                + (", the judge's recommendation." if d.deployed_default == rec else
