@@ -313,12 +313,7 @@ class FinishedTasks:
 
     def refresh(self, store: Store, now: float, span_s: float) -> None:
         since = max(now - span_s, self.read_to - COMMIT_MARGIN_S)
-        rows = store.execute(
-            "SELECT seq, tenant, submit_s, start_s, end_s, duration_s, state FROM tasks "
-            "WHERE end_s >= ? AND start_s IS NOT NULL AND state IN ('done', 'dead', "
-            "'cancelled') ORDER BY seq DESC LIMIT ?",
-            (since, MAX_ROWS),
-        ).fetchall()
+        rows = store.ended_since(since, MAX_ROWS)
         self.read_to = now
         cols = self.cols
         keep = cols["end_s"] >= now - span_s
@@ -352,18 +347,13 @@ def stored_part(store: Store, now: float, window_s: float, finished: FinishedTas
     since the previous read (``FinishedTasks``), the workers."""
     counts: dict[str, dict[str, int]] = {}
     first_queued: dict[str, float] = {}
-    for tenant, state, n, first in store.execute(
-        "SELECT tenant, state, COUNT(*), MIN(submit_s) FROM tasks GROUP BY tenant, state"
-    ).fetchall():
+    for tenant, state, n, first in store.tenant_state_counts():
         counts.setdefault(tenant, {})[state] = int(n)
         if state == "queued":
             first_queued[tenant] = float(first)
     span = window_s * MAX_WINDOWS
     finished.refresh(store, now, max(span, RECENT_S[-1]))
-    leased = store.execute(
-        "SELECT tenant, submit_s, start_s FROM tasks WHERE state = 'leased' "
-        "AND start_s IS NOT NULL"
-    ).fetchall()
+    leased = store.leased_rows()
     workers = [
         {"worker": name, "token": _token_state(expires_at, revoked_at, now)}
         for name, _, expires_at, revoked_at in store.principal_rows(Role.WORKER)
