@@ -21,9 +21,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	mkdir -p "$(PREFECT_HOME)"
-	$(PY) -m pytest -q
+	DESCHED_CONTRACT_EXAMPLES=full $(PY) -m pytest -q
 
-# The inner loop: every test but those marked slow (tests/conftest.py names them).
+# The inner loop: every test but those marked slow (tests/conftest.py names them). The
+# registry's contract suite runs here too, with a tenth of its Hypothesis examples.
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow"
 

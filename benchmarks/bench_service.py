@@ -5,7 +5,9 @@ For each backend (SQLite file, PostgreSQL on loopback) this script:
 1. starts ``desched serve`` (a real subprocess, uvicorn on 127.0.0.1) on a fresh database,
    once per ``--variants`` entry: ``hot`` is the service as it ships (well-formed polls and
    completions answered by its hot path), ``fastapi`` the same service with
-   ``DESCHED_HOT_PATH=false`` (every request through the FastAPI routes),
+   ``DESCHED_HOT_PATH=false`` (every request through the FastAPI routes), ``page`` the
+   shipped service while an operator page is open on it (a thread fetching ``/ui/state``
+   every ``--page-every`` seconds, as the page does, over the timed runs),
 2. submits ``--tasks`` tasks over HTTP (batches of 1,000) and reads the service's resident
    memory with that queue,
 3. runs ``--workers`` concurrent workers (asyncio, one keep-alive connection each; a
@@ -514,14 +516,50 @@ def anchor(db: Database, n: int, workers: int, seconds: float) -> dict[str, Any]
     }
 
 
+class PageViewer(threading.Thread):
+    """An open operator page: ``GET /ui/state`` every ``every_s`` seconds until stopped;
+    ``fetch_ms`` holds each answer's latency."""
+
+    def __init__(self, url: str, token: str, every_s: float) -> None:
+        super().__init__(daemon=True)
+        self.url, self.token, self.every_s = url, token, every_s
+        self.stopped = threading.Event()
+        self.fetch_ms: list[float] = []
+
+    def run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=60) as c:
+            while True:
+                t0 = time.perf_counter()
+                r = c.get("/ui/state", headers={"Authorization": f"Bearer {self.token}"})
+                r.raise_for_status()
+                self.fetch_ms.append(1e3 * (time.perf_counter() - t0))
+                if self.stopped.wait(self.every_s):
+                    return
+
+
 def phase(
-    proc: subprocess.Popen[bytes], url: str, token: str, workers: int, seconds: float, **kw: Any
+    proc: subprocess.Popen[bytes],
+    url: str,
+    token: str,
+    workers: int,
+    seconds: float,
+    page: tuple[str, float] | None = None,
+    **kw: Any,
 ) -> dict[str, Any]:
     """One timed run of the workers, with the service's CPU time over it and the machine's
-    1-minute load average as it started."""
+    1-minute load average as it started; with ``page`` (operator token, period) an operator
+    page is open over it (``PageViewer``)."""
     load = os.getloadavg()[0]
+    viewer = None if page is None else PageViewer(url, page[0], page[1])
     cpu0, wall0 = cpu_s(proc.pid), time.perf_counter()
+    if viewer is not None:
+        viewer.start()
     out = asyncio.run(run_workers(url, token, workers, seconds, **kw))
+    if viewer is not None:
+        viewer.stopped.set()
+        viewer.join()
+        out["page_fetches"] = len(viewer.fetch_ms)
+        out["page_fetch_p50_ms"] = statistics.median(viewer.fetch_ms)
     cpu = cpu_s(proc.pid) - cpu0
     out["server_cpu_share"] = cpu / (time.perf_counter() - wall0)
     out["server_cpu_ms_per_decision"] = 1e3 * cpu / max(out["decisions"], 1)
@@ -557,11 +595,14 @@ def bench(
     hot_path: bool,
     with_anchor: bool,
     source: tuple[str, Path] = ("this tree", ROOT),
+    page_every_s: float | None = None,
 ) -> dict[str, Any]:
     from desched.service.records import Role
     from desched.service.store import Store
 
     variant = "hot path" if hot_path else "FastAPI routes only"
+    if page_every_s is not None:
+        variant += f", operator page open (every {page_every_s:g} s)"
     tmp = Path(tempfile.mkdtemp(prefix=f"bench-service-{kind}-"))
     db = Database(kind, tmp)
     tag = f"[{kind}, {variant}, {source[0]}]"
@@ -571,6 +612,9 @@ def bench(
         tenant_tokens = [store.add_principal(Role.TENANT, tenant_name(k)) for k in range(tenants)]
         per_tenant = n // tenants
         worker_token = store.add_principal(Role.WORKER, "bench")
+        page = None
+        if page_every_s is not None:
+            page = (store.add_principal(Role.OPERATOR, "bench-ops"), page_every_s)
         store.close()
         proc, url = start_service(db.url, tmp, hot_path, policy, source[1])
         full: list[dict[str, Any]] = []
@@ -588,7 +632,9 @@ def bench(
             for r in range(repeats):
                 # Every timed run starts with every tenant's queue full: top them up first.
                 top_up(url, tenant_tokens, per_tenant)
-                full.append(phase(proc, url, worker_token, workers, seconds, client_kind=client))
+                full.append(
+                    phase(proc, url, worker_token, workers, seconds, page, client_kind=client)
+                )
                 full[-1].update(server_latency(url))
                 print(
                     f"{tag} repeat {r + 1}/{repeats} poll + complete: {full[-1]}", file=sys.stderr
@@ -601,6 +647,7 @@ def bench(
                         worker_token,
                         workers,
                         seconds / 2,
+                        page,
                         complete=False,
                         client_kind=client,
                     )
@@ -668,9 +715,12 @@ def main() -> None:
     ap.add_argument(
         "--variants",
         default="hot,fastapi",
-        help="service variants, comma-separated: hot (the default service, with its hot path) "
-        "and fastapi (DESCHED_HOT_PATH=false: every request through the FastAPI routes)",
+        help="service variants, comma-separated: hot (the default service, with its hot path), "
+        "fastapi (DESCHED_HOT_PATH=false: every request through the FastAPI routes) and page "
+        "(hot, with an operator page open: /ui/state every --page-every seconds)",
     )
+    ap.add_argument("--page-every", type=float, default=3.0,
+                    help="seconds between two /ui/state fetches of the page variant")
     ap.add_argument(
         "--profile",
         type=Path,
@@ -691,8 +741,8 @@ def main() -> None:
     variants = args.variants.split(",")
     if not 1 <= args.tenants <= args.tasks:
         ap.error(f"--tenants {args.tenants}: must be between 1 and --tasks ({args.tasks})")
-    if not set(variants) <= {"hot", "fastapi"}:
-        ap.error(f"--variants: unknown variant in {args.variants!r} (use hot, fastapi)")
+    if not set(variants) <= {"hot", "fastapi", "page"}:
+        ap.error(f"--variants: unknown variant in {args.variants!r} (use hot, fastapi, page)")
     sources = [("this tree", ROOT)]
     if args.before is not None:
         sources.append(("before", args.before.resolve()))
@@ -716,9 +766,10 @@ def main() -> None:
                 args.seconds,
                 1,
                 args.client,
-                hot_path=variant == "hot",
+                hot_path=variant != "fastapi",
                 with_anchor=c == 0,
                 source=source,
+                page_every_s=args.page_every if variant == "page" else None,
             )
             for c, (kind, policy, source, variant) in enumerate(configs)
         ]
@@ -741,7 +792,8 @@ def main() -> None:
                 [
                     r["backend"],
                     f"{r['policy']}, {r['tenants']} tenants, {r['source']}" if served else "",
-                    name,
+                    name + (f" (page answers p50 {x['page_fetch_p50_ms']:.0f} ms)"
+                            if "page_fetch_p50_ms" in x else ""),
                     f"{x['decisions_per_s']:,.0f}",
                     f"{x['poll_p50_ms']:.2f}",
                     f"{x['poll_p99_ms']:.2f}",

@@ -315,3 +315,12 @@ def summarize(run: RunArrays, workers: int, window_s: float | None = None) -> di
         "per_tenant": per_tenant,
         "windows": windows,
     }
+
+
+def window_service_lags(run: RunArrays, edges: Floats) -> tuple[Floats, Ints]:
+    """Per window ``[edges[j], edges[j + 1])``: the service lag (largest minus smallest
+    service received in it) among the tenants of ``run`` backlogged throughout it (0 with
+    fewer than two), and how many those were; the rule and cost of ``summarize``'s
+    per-window lag. The live service's operator page calls it on the tasks it knows now."""
+    names, codes = run.tenant_codes()
+    return _window_lags(codes, len(names), run, np.asarray(edges, dtype=np.float64))

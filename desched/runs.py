@@ -67,12 +67,14 @@ class WindowMetrics(Record):
 
 class WindowDrift(Record):
     """Scalar summaries of a run's windows: mean and minimum windowed Jain's index (over
-    windows with submissions) and mean service lag (over windows with at least two tenants
-    backlogged throughout)."""
+    the ``jain_windows`` windows with submissions) and mean service lag (over the
+    ``lag_windows`` windows with at least two tenants backlogged throughout)."""
 
     window_jain_mean: float
     window_jain_min: float
     window_lag_mean_s: float
+    jain_windows: int = 0
+    lag_windows: int = 0
 
     @classmethod
     def of(cls, windows: list[WindowMetrics]) -> WindowDrift:
@@ -82,6 +84,8 @@ class WindowDrift(Record):
             window_jain_mean=float(np.mean(jains)) if jains else math.nan,
             window_jain_min=float(np.min(jains)) if jains else math.nan,
             window_lag_mean_s=float(np.mean(lags)) if lags else 0.0,
+            jain_windows=len(jains),
+            lag_windows=len(lags),
         )
 
 

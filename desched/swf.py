@@ -41,7 +41,7 @@ from pathlib import Path
 import polars as pl
 
 from desched.errors import DeschedError
-from desched.trace import validate_trace
+from desched.trace import read_trace, validate_trace
 
 FIELDS: tuple[str, ...] = (
     "job",
@@ -259,3 +259,20 @@ def import_swf(path: str | Path) -> tuple[pl.DataFrame, SwfReport]:
         _known("wait").cast(pl.Float64).alias("swf_wait_s"),
     ).sort("submit_s", maintain_order=True)
     return validate_trace(trace, str(path)), report
+
+
+def is_swf(path: str | Path) -> bool:
+    """Whether ``path`` names an SWF log (``.swf`` or ``.swf.gz``)."""
+    return Path(path).name.endswith((".swf", ".swf.gz"))
+
+
+def read_trace_or_swf(path: str | Path) -> pl.DataFrame:
+    """A trace Parquet file, or an SWF log (``.swf``, ``.swf.gz``) imported as a trace (as
+    ``desched import-swf`` does, without writing it; its ``swf_wait_s`` gives the history
+    features the jobs' real end times). Errors name the file."""
+    if is_swf(path):
+        frame, _ = import_swf(path)
+        if frame.height == 0:
+            raise DeschedError(f"{path}: no usable job in this SWF log")
+        return frame
+    return read_trace(path)

@@ -8,8 +8,10 @@ A trace has one row per task. Required columns: ``task_id`` (str, unique), ``ten
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -28,6 +30,8 @@ OPTIONAL: dict[str, pl.DataType] = {
     "mem_mb": pl.Float64(),
     "predicted_s": pl.Float64(),
 }
+QUANTILE_COLUMNS: tuple[str, ...] = ("predicted_p50_s", "predicted_p90_s")
+"""Optional quantile predictions (``desched.bench.judge_cases``): NaN where absent."""
 _SHOW_ROWS = 5
 
 
@@ -120,14 +124,48 @@ def write_trace(frame: pl.DataFrame, path: str | Path) -> Path:
     return path
 
 
+class DurationWithheld(DeschedError):
+    """A policy that does not declare itself clairvoyant read ``duration_s``."""
+
+
+class WithheldDurations(list[float]):
+    """The ``duration_s`` of a policy's view (``TaskTable.without_durations``): reading any
+    entry raises ``DurationWithheld``; appending is a no-op (the live table holds the real
+    column)."""
+
+    def __getitem__(self, index: object) -> Any:
+        raise DurationWithheld(
+            "duration_s is withheld from a policy that does not declare itself clairvoyant "
+            "(reads without 'duration_s'); rank on predicted_s and its quantiles"
+        )
+
+    def __iter__(self) -> Iterator[float]:
+        self[0]
+        return iter(())
+
+    def append(self, value: float) -> None:
+        return None
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> WithheldDurations:
+        return WithheldDurations()
+
+    def __copy__(self) -> WithheldDurations:
+        return WithheldDurations()
+
+    def __reduce__(self) -> tuple[type[WithheldDurations], tuple[()]]:
+        return WithheldDurations, ()
+
+
 @dataclass(slots=True)
 class TaskTable:
     """The columns a policy may read, as Python lists indexed by task position.
 
     A task's position is its row in the trace (the simulator) or its submission sequence (the
     live service); it is the last tie-break of every ranking. ``tenant`` holds dense tenant
-    codes ``0..len(tenant_names)-1``. ``predicted_s`` is NaN where no prediction exists.
-    ``duration_s`` is the true service time: only clairvoyant policies read it.
+    codes ``0..len(tenant_names)-1``. ``predicted_s`` is NaN where no prediction exists, and so
+    are ``predicted_p50_s`` and ``predicted_p90_s`` (quantile predictions) where the trace has
+    none. ``duration_s`` is the true service time: only clairvoyant policies read it, and a
+    policy that is not gets ``without_durations()``, a view whose ``duration_s`` raises.
     """
 
     task_id: list[str]
@@ -139,10 +177,35 @@ class TaskTable:
     tenant_index: dict[str, int] = field(default_factory=dict)
     tenant_weight: dict[int, float] = field(default_factory=dict)
     """Tenant weights (``desched.controls``) by code; a tenant not here has weight 1."""
+    predicted_p50_s: list[float] = field(default_factory=list)
+    predicted_p90_s: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.tenant_index:
             self.tenant_index = {name: k for k, name in enumerate(self.tenant_names)}
+        n = len(self.task_id)
+        for column in (self.predicted_p50_s, self.predicted_p90_s):
+            if len(column) < n:
+                column.extend([math.nan] * (n - len(column)))
+
+    def without_durations(self) -> TaskTable:
+        """A view for a policy that is not clairvoyant: every column is this table's own list
+        (so tasks appended here appear there), except ``duration_s``, which raises on any
+        read (``WithheldDurations``). The view of a view is itself."""
+        if isinstance(self.duration_s, WithheldDurations):
+            return self
+        return TaskTable(
+            task_id=self.task_id,
+            tenant=self.tenant,
+            tenant_names=self.tenant_names,
+            submit_s=self.submit_s,
+            duration_s=WithheldDurations(),
+            predicted_s=self.predicted_s,
+            tenant_index=self.tenant_index,
+            tenant_weight=self.tenant_weight,
+            predicted_p50_s=self.predicted_p50_s,
+            predicted_p90_s=self.predicted_p90_s,
+        )
 
     def __len__(self) -> int:
         return len(self.task_id)
@@ -165,6 +228,11 @@ class TaskTable:
         predicted = (
             frame["predicted_s"].to_list() if "predicted_s" in frame.columns else [math.nan] * n
         )
+        quantiles = [
+            frame[c].cast(pl.Float64).fill_null(math.nan).to_list() if c in frame.columns
+            else [math.nan] * n
+            for c in QUANTILE_COLUMNS
+        ]
         return cls(
             task_id=frame["task_id"].to_list(),
             tenant=tenants,
@@ -173,6 +241,8 @@ class TaskTable:
             duration_s=frame["duration_s"].to_list(),
             predicted_s=predicted,
             tenant_index=code,
+            predicted_p50_s=quantiles[0],
+            predicted_p90_s=quantiles[1],
         )
 
     def charge(self, k: int, service_s: float) -> float:
@@ -196,6 +266,8 @@ class TaskTable:
         submit_s: float,
         duration_s: float = math.nan,
         predicted_s: float = math.nan,
+        predicted_p50_s: float = math.nan,
+        predicted_p90_s: float = math.nan,
     ) -> int:
         """Add one task (live service) and return its position."""
         self.task_id.append(task_id)
@@ -203,4 +275,6 @@ class TaskTable:
         self.submit_s.append(submit_s)
         self.duration_s.append(duration_s)
         self.predicted_s.append(predicted_s)
+        self.predicted_p50_s.append(predicted_p50_s)
+        self.predicted_p90_s.append(predicted_p90_s)
         return len(self.task_id) - 1

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import polars as pl
@@ -76,3 +77,15 @@ def decision_sequence(tasks: TaskTable, name: str, workers: int, naive: bool) ->
     policy = make_policy(name, tasks, naive=naive)
     d = simulate(tasks, policy, workers, engine="python").decisions
     return list(zip(d.t, d.worker, d.task, d.score, *d.parts))
+
+
+FULL_EXAMPLES = os.environ.get("DESCHED_CONTRACT_EXAMPLES") == "full"
+"""``make test`` sets ``DESCHED_CONTRACT_EXAMPLES=full``: the registry's contract suite then
+draws its full number of Hypothesis examples; the inner loop (``make test-fast``) draws a
+tenth of them, so that every registered policy is checked on every run."""
+
+
+def examples(full: int) -> int:
+    """Hypothesis examples for a contract test that draws ``full`` under ``make test``: all
+    of them there, a tenth (at least 5) in the inner loop."""
+    return full if FULL_EXAMPLES else max(5, full // 10)

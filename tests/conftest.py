@@ -28,6 +28,8 @@ Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
 E2E_MODULES = {
     "test_deploy.py",
     "test_live_demo.py",
+    "test_operator_page.py",
+    "test_replay.py",
     "test_service.py",
     "test_service_fuzz.py",
     "test_service_ha.py",
@@ -38,6 +40,11 @@ E2E_MODULES = {
 # Tests of those modules that start no server: the CLI in this process, a fake transport,
 # the admin CLI refusing bad arguments.
 NOT_E2E: dict[str, tuple[str, ...]] = {
+    "test_replay.py": (
+        "test_a_log_case_is_keyed_on_the_file_content_not_its_path",
+        "test_an_evaluation_cell_is_keyed_on_its_trace_content_and_its_other_inputs",
+        "test_the_report_artifact_drops_inline_images",
+    ),
     "test_service.py": ("test_tenants_add_prints_a_token_that_is_stored_hashed",),
     "test_service_ha.py": (
         "test_the_worker_client_fails_over_between_addresses_and_backs_off_until_one_serves",
@@ -70,22 +77,8 @@ SLOW: dict[str, tuple[str, ...]] = {
     "test_policies_predicted.py": (
         "test_the_kinetic_tournament_agrees_with_a_brute_force_maximum_at_every_query",
     ),
-    "test_policy_contract.py": (
-        "test_fast_policy_gives_the_same_decisions_as_its_naive_twin",
-        "test_pop_fitting_takes_the_first_fitting_task_of_the_pop_sequence_and_leaves_no_trace",
-        "test_take_and_pop_fitting_of_a_fast_policy_match_its_naive_twin",
-        "test_pop_is_pop_fitting_that_accepts_everything_and_take_of_its_winner",
-        "test_a_removed_task_is_never_dispatched_and_no_task_is_lost",
-        "test_every_task_runs_exactly_once_and_never_before_its_submission",
-        "test_a_task_withdrawn_at_once_leaves_no_trace_while_its_tenant_stays_queued",
-        "test_a_worker_never_runs_two_tasks_at_once_and_is_never_idle_while_work_waits",
-        "test_the_simulation_is_deterministic",
-        "test_a_policy_declares_per_tenant_state_exactly_when_it_keeps_some",
-    ),
-    "test_policy_state.py": (
-        "test_a_policy_rebuilt_from_the_queue_and_its_saved_state_decides_as_the_original",
-        "test_fast_and_naive_policies_report_the_same_state",
-    ),
+    # the registry's contract suite (test_policy_contract.py, test_policy_state.py) is not
+    # here: it runs in the inner loop with a tenth of its examples (tests/builders.examples)
     # Its module fixture trains and compiles a forest (lleaves): most of a minute.
     "test_predictor.py": ("*",),
     "test_pool.py": (

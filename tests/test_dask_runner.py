@@ -12,14 +12,15 @@ import pytest
 
 pytest.importorskip("prefect_dask")
 
+from desched.bench.evaluate import EvaluationRun
 from desched.bench.weights import read_card
 
 SMALL = "flood?tasks=240&tenants=5"
 TINY = "flood?tasks=160&tenants=4"
 
 
-def cells_text(result: dict) -> str:
-    out = Path(result["out"]) / "evaluation.json"
+def cells_text(result: EvaluationRun) -> str:
+    out = Path(result.out) / "evaluation.json"
     saved = json.loads(out.read_text())
     saved["settings"].pop("runner")
     return json.dumps({"cells": saved["cells"], "rows": saved["rows"],
@@ -72,5 +73,5 @@ def test_tune_weights_on_dask_equals_the_process_runner_and_no_runner(
                               address=cluster.scheduler_address, **kw)
     assert card_text(tmp_path / "p") == card_text(tmp_path / "here")
     assert card_text(tmp_path / "c") == card_text(tmp_path / "here")
-    assert on_cluster["weights"] == on_process["weights"] == here["weights"]
+    assert on_cluster.weights == on_process.weights == here.weights
     assert len(read_card(tmp_path / "c").learning_curve) == 3

@@ -171,7 +171,11 @@ def test_the_readme_deploy_section_runs_as_written_on_a_loopback_server(tmp_path
         .replace(README_SERVICE_PORT, service_port)
         .replace(README_HOME, f'"{home}"')
     )
-    checks = "prefect deployment inspect enrichment-worker/enrichment-worker-gpu\n"
+    (tmp_path / "run_logs.py").write_text(RUN_LOGS)
+    checks = (
+        "prefect deployment inspect enrichment-worker/enrichment-worker-gpu\n"
+        f"python {tmp_path / 'run_logs.py'}\n"
+    )
     (tmp_path / "readme.sh").write_text(
         "set -euxo pipefail\n"
         "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n" + script + checks
@@ -187,7 +191,7 @@ def test_the_readme_deploy_section_runs_as_written_on_a_loopback_server(tmp_path
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
-        output, _ = shell.communicate(timeout=1500)
+        output, _ = shell.communicate(timeout=3000)
     finally:
         _end_group(shell)
 
@@ -205,5 +209,61 @@ def test_the_readme_deploy_section_runs_as_written_on_a_loopback_server(tmp_path
     assert (checkout / "data" / "warehouse.duckdb").is_file()
     assert (checkout / "data" / "weights" / "first-run" / "card.json").is_file()
     worker_log = (home / "worker-cpu.log").read_text(errors="replace")
-    assert "nothing to train" in worker_log  # both retrains, on the fresh warehouse
-    assert "0 of 0 files read" in worker_log  # ingest-logs, on the folder it created
+    # replay-log fed the service; ingest-logs loaded what the service logged of it
+    assert "576 completed, 24 left queued" in worker_log, worker_log[-6000:]
+    assert "1 of 1 files read; 1152 rows loaded (576 decisions, 576 completions)" in worker_log
+    # both retrains trained a model; the enrichment worker enriched the 24 receipts left
+    assert (checkout / "models" / "duration" / "data-logs" / "CHAMPION").is_file()
+    assert (checkout / "models" / "memory" / "CHAMPION").is_file()
+    assert "24 documents enriched and completed" in worker_log
+    assert (checkout / "data" / "judge" / "judge.md").is_file()
+    assert list((checkout / "data" / "demo").glob("*/report.md"))
+    # every flow run that ran has its log on the server (what the UI shows)
+    runs = re.search(r"flow runs with logs: (\d+) of (\d+)", output)
+    assert runs and runs[1] == runs[2] and int(runs[2]) >= expected, output[-3000:]
+    assert "Refusing to publish event" not in (home / "server.log").read_text(errors="replace")
+
+
+RUN_LOGS = """
+import asyncio
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+
+async def main():
+    async with get_client() as client:
+        runs = [r for r in await client.read_flow_runs()  # not the scheduled ones
+                if r.state is not None and r.state.is_completed()]
+        with_logs = 0
+        for run in runs:
+            logs = await client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])))
+            with_logs += bool(logs)
+        print(f"flow runs with logs: {with_logs} of {len(runs)}")
+
+asyncio.run(main())
+"""
+
+
+def test_deploy_saves_the_service_url_as_a_variable_and_the_worker_token_as_a_secret(
+    prefect_harness,
+) -> None:
+    import asyncio
+
+    from prefect.blocks.system import Secret
+    from prefect.variables import Variable
+
+    from desched.cli.deploy import SERVICE_URL_VARIABLE, WORKER_TOKEN_BLOCK, save_configuration
+    from desched.tasks.replay import worker_token
+
+    lines = asyncio.run(save_configuration("http://127.0.0.1:8123", "tok-123"))
+    assert lines == [f"variable {SERVICE_URL_VARIABLE}: http://127.0.0.1:8123",
+                     f"secret block {WORKER_TOKEN_BLOCK}: saved from $DESCHED_WORKER_TOKEN"]
+    assert Variable.get(SERVICE_URL_VARIABLE) == "http://127.0.0.1:8123"
+    assert Secret.load(WORKER_TOKEN_BLOCK).get() == "tok-123"
+    assert worker_token.fn(WORKER_TOKEN_BLOCK) == "tok-123"  # what the flows read
+    config = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+    for d in config["deployments"]:
+        if "service_url" in d["parameters"]:
+            wanted = "{{ prefect.variables." + SERVICE_URL_VARIABLE + " }}"
+            assert d["parameters"]["service_url"] == wanted
+            assert d["parameters"]["token_block"] == WORKER_TOKEN_BLOCK

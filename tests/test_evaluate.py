@@ -177,10 +177,10 @@ def test_the_evaluate_flow_runs_every_cell_on_the_task_runner_and_writes_its_fil
         traces=[SMALL], policies=["ifs-memoryless", "fifo"], seeds=[0, 1], workers=3,
         runner="thread", out=str(tmp_path / "flow"),
     )
-    assert [r.policy for r in result["rows"]] == ["ifs-memoryless", "fifo"]
-    assert result["rows"][1].metrics["jain_slowdown"].n == 2
-    assert result["rows"][1].vs_baseline is not None
-    assert Path(result["files"]["drift"]).is_file()
+    assert [r.policy for r in result.rows] == ["ifs-memoryless", "fifo"]
+    assert result.rows[1].metrics["jain_slowdown"].n == 2
+    assert result.rows[1].vs_baseline is not None
+    assert Path(result.files["drift"]).is_file()
 
 
 def test_an_absent_cluster_integration_is_a_one_line_error() -> None:

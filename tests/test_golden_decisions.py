@@ -14,6 +14,8 @@ import os
 import struct
 from pathlib import Path
 
+import numpy as np
+import polars as pl
 import pytest
 
 from desched.policies import REGISTRY, make_policy
@@ -31,9 +33,17 @@ WORKLOADS = {
 
 
 def _tasks(name: str) -> tuple[TaskTable, int]:
+    """The workload with predictions and p50/p90 quantile predictions around them (fixed
+    multipliers, some crossed), for the policies that read the quantiles."""
     spec = dict(WORKLOADS[name])
     workers = int(spec.pop("workers"))
     frame = generate(name, workers=workers, predicted_noise=0.5, **spec)
+    rng = np.random.default_rng(int(spec["seed"]))
+    p = frame["predicted_s"].to_numpy()
+    frame = frame.with_columns(
+        pl.Series("predicted_p50_s", p * rng.uniform(0.7, 1.1, p.size)),
+        pl.Series("predicted_p90_s", p * rng.uniform(0.9, 4.0, p.size)),
+    )
     return TaskTable.from_frame(frame), workers
 
 
@@ -59,6 +69,11 @@ def test_every_policy_decides_exactly_as_recorded(workload: str) -> None:
         GOLDEN.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
         return
     want = recorded[workload]
+    unrecorded = sorted(set(got) - set(want))
+    assert not unrecorded, (
+        f"no golden decisions recorded on {workload!r} for registered {unrecorded}: record "
+        "them with DESCHED_RECORD_GOLDEN=1 pytest tests/test_golden_decisions.py "
+        "(CONTRIBUTING.md) and commit tests/golden/decisions.json")
     changed = sorted(name for name in want if got.get(name) != want[name])
     assert not changed, f"decisions changed on {workload!r} for {changed}"
     assert set(want) <= set(got), "a recorded policy left the registry"

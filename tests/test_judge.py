@@ -32,19 +32,22 @@ def outcome(mean: float, p99: float, bsld: dict[str, float], tasks: dict[str, in
                       max_service_lag_s=0.0, tenant_bsld=bsld, tenant_tasks=tasks)
 
 
-def test_the_four_criteria_match_a_hand_computed_example() -> None:
+def test_the_criteria_match_a_hand_computed_example() -> None:
     tasks = {"a": 10, "b": 12}
     today = outcome(100.0, 200.0, {"a": 2.0, "b": 4.0}, tasks)
     oracle = outcome(50.0, 150.0, {"a": 1.0, "b": 1.0}, tasks)
     policy = outcome(60.0, 180.0, {"a": 1.0, "b": 9.0}, tasks)
-    criteria, worst, ratios = jd.log_criteria(policy, today, oracle, jd.Thresholds())
+    criteria, worst, ratios = jd.log_criteria(policy, today, oracle, jd.Thresholds(),
+                                              frontier_gain=0.64)
     assert criteria["gain"].value == pytest.approx(0.8)  # (100 - 60) / (100 - 50)
-    assert criteria["gain"].passed
+    assert criteria["gain"].passed  # above the floor 0.1
+    assert criteria["frontier_share"].value == pytest.approx(0.8 / 0.64)
+    assert criteria["frontier_share"].passed
     assert criteria["p99"].value == pytest.approx(0.9) and criteria["p99"].passed
     # Jain today (2 + 4)^2 / (2 (4 + 16)) = 0.9; policy (1 + 9)^2 / (2 (1 + 81)) = 100 / 164
     assert criteria["delta_jain"].value == pytest.approx(100 / 164 - 0.9)
     assert not criteria["delta_jain"].passed
-    assert criteria["delta_jain"].distance == pytest.approx(0.9 - 100 / 164)
+    assert criteria["delta_jain"].distance == pytest.approx(-0.02 + 0.9 - 100 / 164)
     assert ratios == pytest.approx({"a": 0.5, "b": 2.25})
     assert worst == "b" and criteria["worst_tenant"].value == pytest.approx(2.25)
     assert criteria["worst_tenant"].distance == pytest.approx(0.25)
@@ -55,10 +58,25 @@ def test_a_tenant_with_fewer_than_ten_tasks_is_not_counted_as_the_worst() -> Non
     today = outcome(100.0, 200.0, {"a": 2.0, "b": 4.0}, tasks)
     oracle = outcome(50.0, 150.0, {"a": 1.0, "b": 1.0}, tasks)
     policy = outcome(90.0, 250.0, {"a": 1.0, "b": 40.0}, tasks)
-    criteria, worst, _ = jd.log_criteria(policy, today, oracle, jd.Thresholds())
+    criteria, worst, _ = jd.log_criteria(policy, today, oracle, jd.Thresholds(),
+                                         frontier_gain=0.5)
     assert worst == "a" and criteria["worst_tenant"].value == pytest.approx(0.5)
-    assert criteria["gain"].value == pytest.approx(0.2) and not criteria["gain"].passed
+    assert criteria["gain"].value == pytest.approx(0.2) and criteria["gain"].passed
+    assert criteria["frontier_share"].value == pytest.approx(0.4)
+    assert not criteria["frontier_share"].passed
     assert criteria["p99"].value == pytest.approx(1.25) and not criteria["p99"].passed
+
+
+def test_the_gain_floor_holds_only_where_the_frontier_reaches_it() -> None:
+    tasks = {"a": 10}
+    today = outcome(100.0, 200.0, {"a": 2.0}, tasks)
+    oracle = outcome(50.0, 150.0, {"a": 1.0}, tasks)
+    policy = outcome(97.0, 200.0, {"a": 2.0}, tasks)  # gain 0.06
+    reachable, _, _ = jd.log_criteria(policy, today, oracle, jd.Thresholds(), frontier_gain=0.3)
+    assert not reachable["gain"].passed and reachable["gain"].distance == pytest.approx(0.04)
+    unreachable, _, _ = jd.log_criteria(policy, today, oracle, jd.Thresholds(),
+                                        frontier_gain=0.05)
+    assert unreachable["gain"].passed and unreachable["frontier_share"].value == pytest.approx(1.2)
 
 
 def test_gain_is_undefined_when_the_oracle_does_not_beat_today() -> None:
@@ -69,6 +87,8 @@ def test_gain_is_undefined_when_the_oracle_does_not_beat_today() -> None:
     for policy, ok in ((faster, True), (slower, False)):
         criteria, _, _ = jd.log_criteria(policy, today, today, jd.Thresholds())
         assert criteria["gain"].value is None and criteria["gain"].passed is ok
+        assert criteria["frontier_share"].value is None
+        assert criteria["frontier_share"].passed is ok
 
 
 def test_outcome_metrics_match_a_hand_computed_run() -> None:
@@ -244,26 +264,22 @@ def test_the_cache_keeps_apart_cases_of_different_settings(tmp_path: Path) -> No
     assert jd.prepare_log(log, cache_dir=tmp_path / "cache", max_tasks=400).tasks == 120
 
 
-def _verdict(policy: str, workload: str, passes: dict[str, bool]) -> jd.Verdict:
-    outcome = jd.Outcome(policy=policy, params={}, mean_response_s=1.0, p99_response_s=1.0,
-                         jain_bsld=1.0, jain_slowdown=1.0, max_service_lag_s=0.0,
-                         tenant_bsld={}, tenant_tasks={})
-    criteria = {k: jd.Criterion(value=0.0, bound=0.0, sense="min", passed=ok,
-                                distance=0.0 if ok else 1.0) for k, ok in passes.items()}
-    return jd.Verdict(workload=workload, kind="log", policy=policy, params={},
-                      criteria=criteria, passed=sum(passes.values()), outcome=outcome,
-                      today=outcome, oracle_mean_response_s=None, worst_tenant_name=None,
-                      tenant_ratio={})
+@pytest.mark.slow
+def test_desched_judge_tunes_leave_one_log_out_with_the_builtin_tuner(tmp_path: Path) -> None:
+    logs = [write_swf(tmp_path / f"syn{k}.swf", 500, k) for k in (1, 2)]
+    out = tmp_path / "out"
+    res = CliRunner().invoke(cli, ["judge", "--logs", ",".join(map(str, logs)),
+                                   "--scenarios", "none", "--policies", "guarded-sjf",
+                                   "--tune", "lolo", "--out", str(out),
+                                   "--cache", str(tmp_path / "cache")])
+    assert res.exit_code == 0, res.output
+    result = jd.read_judge(out)
+    assert result.settings == {"tune": "lolo", "tuning_logs": ["syn1", "syn2"]}
+    assert len(result.frontiers) == 2 and {f.workload for f in result.frontiers} == {"syn1",
+                                                                                      "syn2"}
+    from desched.bench.lolo import grid_of
 
-
-def test_the_recommendation_puts_no_tenant_harmed_before_the_count_of_criteria() -> None:
-    # "sjf-predicted" passes more criteria but harms a tenant on both logs; "guarded-sjf" harms none.
-    fast = {"gain": True, "p99": True, "delta_jain": True, "worst_tenant": False}
-    safe = {"gain": False, "p99": False, "delta_jain": False, "worst_tenant": True}
-    verdicts = [_verdict(p, log, c) for log in ("a", "b")
-                for p, c in (("sjf-predicted", fast), ("guarded-sjf", safe))]
-    name, reason = jd.recommend(verdicts, ["sjf-predicted", "guarded-sjf"])
-    assert name == "guarded-sjf" and "2 of 2 logs" in reason
-    # with the tenant criterion equal, the count of criteria decides
-    verdicts = [_verdict("sjf-predicted", "a", fast), _verdict("guarded-sjf", "a", {**safe, "worst_tenant": False})]
-    assert jd.recommend(verdicts, ["sjf-predicted", "guarded-sjf"])[0] == "sjf-predicted"
+    for log in ("syn1", "syn2"):
+        assert result.verdict(log, "guarded-sjf").params in grid_of("guarded-sjf")
+    md = (out / "judge.md").read_text()
+    assert "frontier share" in md and "clairvoyant:" in md

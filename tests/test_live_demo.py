@@ -28,6 +28,7 @@ def test_live_demo_drains_every_tenant_and_retrains_on_its_logs(tmp_path: Path) 
         "PREFECT_HOME": str(tmp_path / "prefect-home"),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     }
+    env.pop("PREFECT_API_URL", None)  # live-demo starts its own server (with its UI)
     run = subprocess.run(
         [sys.executable, "-m", "desched.cli", "live-demo", "--quick", "--out", str(out)],
         cwd=ROOT,
@@ -82,3 +83,6 @@ def test_live_demo_drains_every_tenant_and_retrains_on_its_logs(tmp_path: Path) 
     assert "per tenant: acknowledged, done, lost" in run.stdout
     assert ledger == {"flood": (24, 24, 0), "acme": (8, 8, 0), "globex": (8, 8, 0),
                       "initech": (8, 8, 0)}
+    assert "the flood in numbers: 'flood' sent 24 tasks at once" in run.stdout, run.stdout
+    assert re.search(r"operator page: http://127\.0\.0\.1:\d+/ui#token=\S+", run.stdout)
+    assert re.search(r"prefect server: http://127\.0\.0\.1:\d+/api, UI http", run.stdout)

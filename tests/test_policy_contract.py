@@ -17,14 +17,14 @@ from desched.policies.learnable import learnable_keys
 from desched.simulator import simulate
 from desched.trace import TaskTable
 from desched.workloads import generate
-from tests.builders import decision_sequence, workloads
+from tests.builders import decision_sequence, examples, workloads
 from tests.test_policy_state import Driver
 
 POLICIES = sorted(REGISTRY)
 
 
 @pytest.mark.parametrize("name", POLICIES)
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(tasks=workloads(), workers=st.integers(1, 4))
 def test_fast_policy_gives_the_same_decisions_as_its_naive_twin(name, tasks, workers):
     fast = decision_sequence(tasks, name, workers, naive=False)
@@ -33,7 +33,7 @@ def test_fast_policy_gives_the_same_decisions_as_its_naive_twin(name, tasks, wor
 
 
 @pytest.mark.parametrize("name", POLICIES)
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(tasks=workloads(), workers=st.integers(1, 4))
 def test_every_task_runs_exactly_once_and_never_before_its_submission(name, tasks, workers):
     result = simulate(tasks, make_policy(name, tasks), workers)
@@ -44,7 +44,7 @@ def test_every_task_runs_exactly_once_and_never_before_its_submission(name, task
 
 
 @pytest.mark.parametrize("name", POLICIES)
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(tasks=workloads(), workers=st.integers(1, 4))
 def test_a_worker_never_runs_two_tasks_at_once_and_is_never_idle_while_work_waits(
     name, tasks, workers
@@ -69,7 +69,7 @@ def test_a_worker_never_runs_two_tasks_at_once_and_is_never_idle_while_work_wait
 
 
 @pytest.mark.parametrize("name", POLICIES)
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(tasks=workloads(), workers=st.integers(1, 4))
 def test_the_simulation_is_deterministic(name, tasks, workers):
     assert decision_sequence(tasks, name, workers, False) == decision_sequence(
@@ -155,7 +155,7 @@ def same_float(a: float, b: float) -> bool:
 
 
 @pytest.mark.parametrize("name", POLICIES)
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(data=st.data(), tasks=workloads(), run=fit_ops)
 def test_take_and_pop_fitting_of_a_fast_policy_match_its_naive_twin(name, data, tasks, run):
     # Winners, skip counts, scores and parts, state, and every later decision.
@@ -169,7 +169,7 @@ def test_take_and_pop_fitting_of_a_fast_policy_match_its_naive_twin(name, data, 
 
 
 @pytest.mark.parametrize("name", POLICIES)
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(
     data=st.data(), tasks=workloads(), before=fit_ops, free=_free, limit=_limit,
     after=fit_ops, naive=st.booleans(),
@@ -210,7 +210,7 @@ def test_pop_fitting_takes_the_first_fitting_task_of_the_pop_sequence_and_leaves
 
 
 @pytest.mark.parametrize("name", POLICIES)
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(data=st.data(), tasks=workloads(), before=fit_ops, after=fit_ops, naive=st.booleans())
 def test_pop_is_pop_fitting_that_accepts_everything_and_take_of_its_winner(
     name, data, tasks, before, after, naive
@@ -236,7 +236,7 @@ def test_pop_is_pop_fitting_that_accepts_everything_and_take_of_its_winner(
         assert d_take.step(p_take, op) == out
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(st.integers(-20, 20), min_size=1, max_size=120).flatmap(
         lambda xs: st.tuples(st.just(xs), st.integers(0, len(xs) - 1))
@@ -263,11 +263,11 @@ LEARNABLE = sorted(n for n, cls in REGISTRY.items() if learnable_keys(cls.Params
 
 
 @pytest.mark.parametrize("name", POLICIES)
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)
 @given(tasks=workloads(), workers=st.integers(1, 3))
 def test_a_policy_declares_per_tenant_state_exactly_when_it_keeps_some(name, tasks, workers):
     policy = make_policy(name, tasks)
-    simulate(tasks, policy, workers)
+    simulate(tasks, policy, workers, engine="python")  # the policy object itself runs
     declared = bool(REGISTRY[name].tenant_state)
     assert (policy.state() is not None) == declared
     assert REGISTRY[name].naive.tenant_state == REGISTRY[name].tenant_state
@@ -309,7 +309,7 @@ def test_a_learnable_policy_reads_its_parameters_at_every_decision(name):
 
 
 @pytest.mark.parametrize("name", POLICIES)
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(data=st.data(), tasks=workloads(), run=fit_ops, naive=st.booleans())
 def test_a_removed_task_is_never_dispatched_and_no_task_is_lost(name, data, tasks, run, naive):
     driver = FitDriver(tasks, data.draw(memory_needs(tasks)))
@@ -325,7 +325,7 @@ def test_a_removed_task_is_never_dispatched_and_no_task_is_lost(name, data, task
 
 
 @pytest.mark.parametrize("name", POLICIES)
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(data=st.data(), tasks=workloads(), run=st.lists(st.integers(0, 2), max_size=120))
 def test_a_task_withdrawn_at_once_leaves_no_trace_while_its_tenant_stays_queued(
     name, data, tasks, run

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from desched.policies import REGISTRY, make_policy
 from desched.policies.base import Policy
 from desched.trace import TaskTable
-from tests.builders import T, make_tasks, workloads
+from tests.builders import T, examples, make_tasks, workloads
 
 POLICIES = sorted(REGISTRY)
 
@@ -89,7 +89,7 @@ ops = st.lists(st.integers(0, 3), min_size=0, max_size=120)
 
 
 @pytest.mark.parametrize("name", POLICIES)
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(tasks=workloads(), before=ops, after=ops)
 def test_a_policy_rebuilt_from_the_queue_and_its_saved_state_decides_as_the_original(
     name, tasks, before, after
@@ -107,7 +107,7 @@ def test_a_policy_rebuilt_from_the_queue_and_its_saved_state_decides_as_the_orig
 
 
 @pytest.mark.parametrize("name", POLICIES)
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(tasks=workloads(), run=ops)
 def test_fast_and_naive_policies_report_the_same_state(name, tasks, run):
     fast, naive = make_policy(name, tasks), make_policy(name, tasks, naive=True)
@@ -117,7 +117,8 @@ def test_fast_and_naive_policies_report_the_same_state(name, tasks, run):
         assert fast.state() == naive.state()
 
 
-STATEFUL = ["vtc", "fair-sjf", "ifs-counter", "round-robin", "guarded-sjf"]
+STATEFUL = [n for n in POLICIES if REGISTRY[n].tenant_state]
+"""Every policy that declares state: read from the registry, so a new one is covered."""
 
 
 @pytest.mark.parametrize("name", STATEFUL)

@@ -114,7 +114,8 @@ SQL = re.compile(r"\b(SELECT|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|CREA
 
 def test_no_service_module_but_the_store_holds_sql() -> None:
     offenders = [
-        p.name for p in SERVICE.glob("*.py") if p.name != "store.py" and SQL.search(p.read_text())
+        p.name for p in SERVICE.glob("*.py")
+        if p.name not in ("store.py", "schema.py") and SQL.search(p.read_text())
     ]
     assert offenders == []
     assert SQL.search((SERVICE / "store.py").read_text())

@@ -179,7 +179,7 @@ def service_while_backlogged(name: str, weights: tuple[float, float], sizes_a, s
 _sizes = st.lists(st.integers(1, 8).map(float), min_size=1, max_size=25)
 
 
-@pytest.mark.parametrize("name", ["vtc", "fair-sjf"])
+@pytest.mark.parametrize("name", ["vtc", "fair-sjf", "fair-boost"])
 @settings(max_examples=150, deadline=None)
 @given(
     w=st.tuples(st.sampled_from([0.5, 1.0, 2.0, 3.0]), st.sampled_from([0.5, 1.0, 2.0, 3.0])),

@@ -192,7 +192,7 @@ def test_the_tune_flow_writes_a_card_judged_only_on_traces_disjoint_from_trainin
     prints = {c.fingerprint for c in saved.split.train}
     assert prints.isdisjoint(c.fingerprint for c in saved.split.heldout)
     assert saved.heldout.by_workload[TINY]["learned"].J.n == 3
-    assert result["weights"] == saved.weights
+    assert result.weights == saved.weights
     assert (out / "learning-curve.png").stat().st_size > 0 and (out / "card.md").is_file()
     parse_params("ifs-memoryless", {"weights": str(out)})  # loadable as written
 

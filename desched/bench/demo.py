@@ -52,6 +52,7 @@ from desched.records import Record
 from desched.runs import RunSummary
 from desched.samples import traces_dir
 from desched.settings import DeschedSettings
+from desched.today import TODAY_SCORER
 
 if TYPE_CHECKING:
     from desched.warehouse.report import IngestSummary
@@ -86,6 +87,7 @@ FULL: dict[str, Any] = {
         WorkloadSpec(name="atlas", kind="swf", source="LLNL-Atlas-2006-2.1-cln.swf.gz"),
     ),
     "q3_workloads": ("steady", "flood", "lanl", "atlas"),
+    "q3_train_frac": {"flood": 0.05},
     "tune_slices_heldout": {"lanl": "56-60", "atlas": "13-17"},
     "eval_slices": {"lanl": "10-14", "atlas": "2-6"},
 }
@@ -120,6 +122,28 @@ QUICK: dict[str, Any] = {
 """The quick run's sizes: a first look in about a minute."""
 
 
+STEP_SHARES: dict[Mode, dict[str, float]] = {
+    "quick": {"workloads": 1.2, "simulate": 2.9, "ingest": 5.5, "train": 37.1, "tune": 13.3,
+              "evaluate": 15.0, "report": 19.5},
+    "full": {"workloads": 3.0, "simulate": 4.0, "ingest": 7.0, "train": 68.0, "tune": 30.0,
+             "evaluate": 12.0, "report": 29.0},
+}
+"""Seconds per step of one measured run of each mode (quick: 2026-12-03 on 2 vCPUs, load
+about 1; full: the README's run), for the estimate of time left (``time_left_s``): only
+their proportions matter."""
+
+
+def time_left_s(elapsed_s: float, done: list[str], shares: dict[str, float]) -> float | None:
+    """Estimate of the time the steps not in ``done`` will take, when those in ``done`` took
+    ``elapsed_s``: this machine's pace on the steps done, applied to the measured shares of
+    the rest. None before any step is done or when the shares know none of them."""
+    spent = sum(shares.get(step, 0.0) for step in done)
+    if spent <= 0:
+        return None
+    rest = sum(v for step, v in shares.items() if step not in done)
+    return elapsed_s * rest / spent
+
+
 class DemoSettings(DeschedSettings):
     """Sizes and roles of one demo run; ``of("quick")`` for a first look, ``of("full")`` for
     the report. A mode's preset fixes the sizes it names; each other field also reads
@@ -133,12 +157,18 @@ class DemoSettings(DeschedSettings):
     swf_dir: Path = Field(DEFAULT_SWF_DIR, description="folder of the SWF logs")
     target_load: float = Field(TARGET_LOAD, gt=0,
                                description="offered load a real log's worker count aims at")
-    baseline: str = Field("ifs-memoryless", description="today's scorer, every comparison's "
+    baseline: str = Field(TODAY_SCORER, description="today's scorer, every comparison's "
                                                         "baseline and the policy tuned in Q2")
     q1_reference: str = Field("vtc", description="Q1: the fair scheduler whose gap is measured")
     q1_candidate: str = Field("ifs-counter", description="Q1: the one counter")
     train_frac: float = Field(0.6, gt=0, lt=1, description="Q3: the first part of a trace (by "
                                                            "submit time) that trains the model")
+    q3_train_frac: dict[str, float] = Field(
+        default_factory=dict,
+        description="Q3: a workload's own train_frac. The flood scenario's burst comes at "
+                    "10-20 % of its span, so the default split would hold out only the quiet "
+                    "tail after it; 0.05 trains on the time before the burst and judges the "
+                    "part in which the flood is queued")
     train_objectives: tuple[ObjectiveName, ...] = Field(
         ("l2-log", "l1-log", "l1", "l2"), description="Q3: training objectives compared")
     train_quantiles: tuple[float, ...] = Field((0.5, 0.9), description="Q3: quantile models")
@@ -190,6 +220,17 @@ class DemoSettings(DeschedSettings):
 
     def describe(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+
+class DemoRun(Record):
+    """What one run of the ``demo`` flow hands back: the report's folder (``report.md``,
+    ``report.html``, ``report.json``, the plots), the report itself, seconds per step and in
+    all."""
+
+    report_dir: str
+    report: Report
+    steps: dict[str, float]
+    total_s: float
 
 
 class Workload(Record):
@@ -319,7 +360,8 @@ def train_predictor(
     heldout_path: str, settings: DemoSettings,
 ) -> PredictorResult:
     """Q3's model for one workload, trained on the warehouse's validated completion records
-    of the first ``train_frac`` of the trace (by submit time), registered; then predictions
+    of the first ``train_frac`` of the trace (by submit time; ``q3_train_frac`` per
+    workload), registered; then predictions
     for the rest (``predicted_s``), written as the held-out trace, scored against the
     baselines, and the per-prediction latency of the compiled model.
 
@@ -339,7 +381,8 @@ def train_predictor(
     if mine.height == 0:
         raise DeschedError(f"{db_path}: no completion records of {source}")
     trace = read_trace(workload.trace)
-    cut_s = float(trace["submit_s"].quantile(settings.train_frac, "lower"))  # type: ignore[arg-type]
+    train_frac = settings.q3_train_frac.get(workload.name, settings.train_frac)
+    cut_s = float(trace["submit_s"].quantile(train_frac, "lower"))  # type: ignore[arg-type]
     first = mine.filter(pl.col("submit_s") < cut_s)
     train_settings = training.TrainSettings(
         objectives=settings.train_objectives, quantiles=settings.train_quantiles,
@@ -391,7 +434,7 @@ def train_predictor(
         train_rows=int(first.height),
         heldout_rows=int(rest.height),
         cut_s=cut_s,
-        train_frac=settings.train_frac,
+        train_frac=train_frac,
         card_test={"model": card["metrics"], **card["baselines"]},
         heldout=heldout_scores,
         quantiles=card["quantile_metrics"],

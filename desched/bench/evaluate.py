@@ -337,6 +337,15 @@ class Evaluation(Record):
     cells: list[EvalCell]
 
 
+class EvaluationRun(Record):
+    """What the ``evaluate-policies`` flow hands back: its folder, the files written there
+    (``write_evaluation``: name -> path) and the aggregated rows."""
+
+    out: str
+    files: dict[str, str]
+    rows: list[EvalRow]
+
+
 def write_evaluation(
     out: str | Path,
     settings: dict[str, Any],

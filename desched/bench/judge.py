@@ -9,7 +9,8 @@ Usage (a stable API; ``desched judge`` is a thin wrapper)::
     result = jd.run_judge(cases, ["sjf-predicted", "hrrn-predicted?k=v"], tune=None,
                           progress=print)
     result.verdicts          # one Verdict per (workload, policy): criteria, metrics, tenants
-    result.recommendation    # the policy that passes most criteria (never today's, never a bound)
+    result.recommendation    # by desched.bench.rule (promises, then frontier share; a floor)
+    result.frontiers         # per log: the clairvoyant frontier (desched.bench.frontier)
     jd.write_judge(result, Path("out"))   # judge.json (JudgeResult) + judge.md (tables)
 
     # building blocks, for a tuner or a search:
@@ -20,16 +21,19 @@ Usage (a stable API; ``desched judge`` is a thin wrapper)::
 
 Criteria on a real log (test part, utilisation 0.9; ``judge_cases`` for the protocol), against
 ``TODAY`` (``ifs-memoryless``) and the clairvoyant ``ORACLE`` (``sjf-oracle``), both with
-default parameters:
+default parameters, and the log's clairvoyant frontier (``desched.bench.frontier``), issue 19:
 
-- ``gain = (mean_resp_today - mean_resp_policy) / (mean_resp_today - mean_resp_oracle)``
-  must be ``>= 0.8`` (undefined, and then passed iff the policy is no slower than today, when
-  the oracle does not beat today);
-- ``p99 = p99_resp_policy / p99_resp_today <= 1.0``;
-- ``delta_jain = J(policy) - J(today) >= 0``, with ``J`` Jain's index over the per-tenant
+- ``gain`` (the oracle share) ``= (mean_resp_today - mean_resp_policy) / (mean_resp_today -
+  mean_resp_oracle)`` must be ``>= gain_floor`` (0.1) where the frontier reaches the floor
+  (undefined, and then passed iff the policy is no slower than today, when the oracle does
+  not beat today);
+- ``frontier_share = gain / frontier gain >= 0.8`` (undefined where the frontier is 0: then
+  passed iff the policy is no slower than today);
+- the three promises: ``p99 = p99_resp_policy / p99_resp_today <= 1.05``;
+  ``delta_jain = J(policy) - J(today) >= -0.02``, with ``J`` Jain's index over the per-tenant
   mean bounded slowdown ``max(1, response / max(duration, 10 s))`` (every tenant of the test
-  part);
-- ``worst_tenant = max over tenants with >= 10 tasks of bsld_k(policy) / bsld_k(today) <= 2``.
+  part); ``worst_tenant = max over tenants with >= 10 tasks of bsld_k(policy) / bsld_k(today)
+  <= 2``.
 
 No harm on a DES scenario: mean response, Jain's index over per-tenant mean slowdown and the
 max service lag (``desched.metrics.summarize``: DESIGN.md's two fairness measures) no worse
@@ -47,10 +51,12 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import numpy as np
+from pydantic import Field
 
+from desched.bench.frontier import Frontier, frontier_of
+from desched.bench.holdout import is_held_back
 from desched.bench.judge_cases import (
     Case,
     Progress,
@@ -59,26 +65,37 @@ from desched.bench.judge_cases import (
     prepare_log,
     prepare_scenario,
 )
-from desched.bench.roles import clairvoyant
+from desched.bench.rule import Standing
+from desched.bench.rule import recommend as rule_recommend
+from desched.bench.verdicts import (
+    LOG_CRITERIA,
+    ORACLE,
+    PROMISES,
+    SCENARIO_CRITERIA,
+    TIE_REL,
+    TODAY,
+    Criterion,
+    Outcome,
+    Thresholds,
+    Verdict,
+    evaluate,
+    log_criteria,
+    outcome_of,
+    resolve,
+    scenario_criteria,
+    tenant_ratios,
+)
 from desched.errors import DeschedError
-from desched.policies import REGISTRY, WITHOUT_PREDICTION
 from desched.records import Record
 from desched.tables import table_lines
 
 __all__ = [
-    "Case", "Criterion", "JudgeResult", "Outcome", "Thresholds", "Tune", "Verdict",
-    "default_logs", "default_policies", "evaluate", "fixed_defaults", "prepare_cases",
-    "prepare_log", "prepare_scenario", "recommend", "resolve", "run_judge", "verdict_of",
-    "write_judge",
+    "LOG_CRITERIA", "ORACLE", "SCENARIO_CRITERIA", "TIE_REL", "TODAY", "Case", "Criterion",
+    "JudgeResult", "Outcome", "Thresholds", "Tune", "Verdict", "default_logs",
+    "default_policies", "evaluate", "fixed_defaults", "log_criteria", "outcome_of",
+    "prepare_cases", "prepare_log", "prepare_scenario", "recommend", "resolve", "run_judge",
+    "scenario_criteria", "tenant_ratios", "verdict_of", "write_judge",
 ]
-
-TODAY = WITHOUT_PREDICTION
-"""Today's scorer, every criterion's reference (``ifs-memoryless``)."""
-ORACLE = next(n for n in REGISTRY if clairvoyant(n))
-"""The clairvoyant bound of the gain: the registry's first policy that reads the true
-duration (``sjf-oracle``)."""
-LOG_CRITERIA: tuple[str, ...] = ("gain", "p99", "delta_jain", "worst_tenant")
-SCENARIO_CRITERIA: tuple[str, ...] = ("mean_response", "jain_slowdown", "max_service_lag")
 
 Tune = Callable[[str, Sequence[Case]], Mapping[str, Any]]
 """``tune(policy_name, training_cases) -> params``: the leave-one-log-out hook."""
@@ -87,63 +104,6 @@ Tune = Callable[[str, Sequence[Case]], Mapping[str, Any]]
 def fixed_defaults(policy: str, training_cases: Sequence[Case]) -> dict[str, Any]:
     """The default tuner: no tuning, the policy's defaults (and its spec's parameters)."""
     return {}
-
-
-class Thresholds(Record):
-    """The four criteria's bounds and the tenant filter of ``worst_tenant``."""
-
-    gain_min: float = 0.8
-    p99_ratio_max: float = 1.0
-    delta_jain_min: float = 0.0
-    worst_tenant_max: float = 2.0
-    min_tenant_tasks: int = 10
-
-
-class Outcome(Record):
-    """The metrics of one policy on one case (one simulation)."""
-
-    policy: str
-    params: dict[str, Any]
-    mean_response_s: float
-    p99_response_s: float
-    jain_bsld: float
-    jain_slowdown: float
-    max_service_lag_s: float
-    tenant_bsld: dict[str, float]
-    tenant_tasks: dict[str, int]
-
-
-class Criterion(Record):
-    """One criterion: its value, the bound, whether the value must be at least or at most the
-    bound, whether it holds, and how far it is from holding (0 when it holds)."""
-
-    value: float | None
-    bound: float
-    sense: Literal["min", "max"]
-    passed: bool
-    distance: float
-
-
-class Verdict(Record):
-    """One policy on one workload: its criteria (``LOG_CRITERIA`` on a log,
-    ``SCENARIO_CRITERIA`` on a scenario), its outcome beside today's, and per tenant with at
-    least ``min_tenant_tasks`` tasks its mean bounded slowdown as a multiple of today's."""
-
-    workload: str
-    kind: Literal["log", "scenario"]
-    policy: str
-    params: dict[str, Any]
-    criteria: dict[str, Criterion]
-    passed: int
-    outcome: Outcome
-    today: Outcome
-    oracle_mean_response_s: float | None
-    worst_tenant_name: str | None
-    tenant_ratio: dict[str, float]
-
-    @property
-    def all_passed(self) -> bool:
-        return self.passed == len(self.criteria)
 
 
 class JudgeResult(Record):
@@ -158,6 +118,14 @@ class JudgeResult(Record):
     verdicts: list[Verdict]
     recommendation: str | None
     recommendation_reason: str
+    tied: list[str] = Field(default_factory=list)
+    """Every candidate tied with the recommendation under the rule, itself included."""
+    frontiers: list[Frontier] = Field(default_factory=list)
+    deployable_frontiers: list[Frontier] = Field(default_factory=list)
+    """Per log, the same family on the log's predictions (``frontier_of(clairvoyant=False)``):
+    a diagnostic of what prediction error costs, never used to choose anything."""
+    standings: list[Standing] = Field(default_factory=list)
+    """Every candidate's figures under the rule (``desched.bench.rule``), best first."""
 
     def verdict(self, workload: str, policy: str) -> Verdict:
         for v in self.verdicts:
@@ -173,141 +141,34 @@ def default_policies() -> list[str]:
     return predictive_policies()
 
 
-def resolve(case: Case, spec: str,
-            extra: Mapping[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-    """The policy name and its parameters on ``case``: the spec's, then ``extra`` (a tuner's),
-    then unset ``duration_scaled`` keys scaled to the training part's mean duration on a log."""
-    from desched.bench.specs import PolicySpec
-    from desched.policies import get_policy, parse_params
-
-    parsed = PolicySpec.parse(spec)
-    params: dict[str, Any] = dict(parsed.params)
-    params.update(extra or {})
-    cls = get_policy(parsed.name)
-    if case.kind == "log":
-        for key, factor in cls.Params.duration_scaled.items():
-            params.setdefault(key, round(factor * case.mean_train_duration_s, 1))
-    parse_params(parsed.name, {k: str(v) for k, v in params.items()})
-    return parsed.name, params
+def case_frontier(case: Case, th: Thresholds) -> Frontier:
+    """The frontier of log ``case`` (``frontier.frontier_of`` over the family), kept in the
+    case."""
+    key = f"frontier:{th.model_dump_json()}"
+    if key not in case.outcomes:
+        case.outcomes[key] = frontier_of(case, th)
+    return case.outcomes[key]  # type: ignore[no-any-return]
 
 
-def _tenant_bsld(tenant: np.ndarray, bsld: np.ndarray) -> tuple[dict[str, float], dict[str, int]]:
-    names, codes = np.unique(tenant, return_inverse=True)
-    sums = np.bincount(codes, weights=bsld, minlength=names.size)
-    counts = np.bincount(codes, minlength=names.size)
-    return ({str(n): float(s / c) for n, s, c in zip(names, sums, counts, strict=True)},
-            {str(n): int(c) for n, c in zip(names, counts, strict=True)})
-
-
-def outcome_of(policy: str, params: Mapping[str, Any], tenant: np.ndarray, submit_s: np.ndarray,
-               duration_s: np.ndarray, start_s: np.ndarray, workers: int) -> Outcome:
-    """The judge's metrics of a finished run (per-task arrays aligned by position)."""
-    from desched.metrics import RunArrays, jain, summarize
-
-    run = RunArrays(tenant=tenant, submit_s=submit_s, duration_s=duration_s, start_s=start_s,
-                    end_s=start_s + duration_s)
-    summary = summarize(run, workers)
-    bsld, tasks = _tenant_bsld(tenant, run.bounded_slowdown)
-    return Outcome(policy=policy, params=dict(params),
-                   mean_response_s=summary["mean_response_s"],
-                   p99_response_s=summary["p99_response_s"],
-                   jain_bsld=jain(list(bsld.values())),
-                   jain_slowdown=summary["jain_slowdown"],
-                   max_service_lag_s=summary["max_service_lag_s"],
-                   tenant_bsld=bsld, tenant_tasks=tasks)
-
-
-def evaluate(case: Case, spec: str, extra: Mapping[str, Any] | None = None) -> Outcome:
-    """Simulate policy ``spec`` (with a tuner's ``extra`` parameters) on ``case``; cached in
-    ``case.outcomes`` by resolved spec."""
-    from desched.bench.specs import policy_spec
-    from desched.policies import make_policy
-    from desched.simulator import simulate
-    from desched.trace import TaskTable
-
-    name, params = resolve(case, spec, extra)
-    key = policy_spec(name, params)
-    cached = case.outcomes.get(key)
-    if cached is not None:
-        return cached  # type: ignore[no-any-return]
-    tasks = TaskTable.from_frame(case.frame)
-    policy = make_policy(name, tasks, {k: str(v) for k, v in params.items()})
-    result = simulate(tasks, policy, case.workers)
-    frame = case.frame
-    out = outcome_of(key, params, frame["tenant"].to_numpy(), frame["submit_s"].to_numpy(),
-                     frame["duration_s"].to_numpy(), np.frombuffer(result.start_s), case.workers)
-    case.outcomes[key] = out
-    return out
-
-
-TIE_REL = 1e-9
-"""Relative tolerance of a criterion: a value within it of the bound meets it (two runs that
-differ only in floating-point summation order are not "worse")."""
-
-
-def _criterion(value: float | None, bound: float, sense: Literal["min", "max"],
-               passed: bool | None = None) -> Criterion:
-    if passed is None:
-        slack = TIE_REL * max(1.0, abs(bound))
-        passed = value is not None and (value >= bound - slack if sense == "min"
-                                        else value <= bound + slack)
-    if value is None or passed:
-        distance = 0.0  # within the tie tolerance counts as met
-    else:
-        distance = bound - value if sense == "min" else value - bound
-    return Criterion(value=value, bound=bound, sense=sense, passed=passed, distance=distance)
-
-
-def tenant_ratios(policy: Outcome, today: Outcome, min_tasks: int) -> dict[str, float]:
-    """Per tenant with at least ``min_tasks`` tasks: its mean bounded slowdown under
-    ``policy`` over its value under ``today`` (both are >= 1)."""
-    return {k: policy.tenant_bsld[k] / today.tenant_bsld[k]
-            for k, n in today.tenant_tasks.items() if n >= min_tasks}
-
-
-def log_criteria(policy: Outcome, today: Outcome, oracle: Outcome,
-                 th: Thresholds) -> tuple[dict[str, Criterion], str | None, dict[str, float]]:
-    """The four criteria of a log (module docstring), the worst tenant and every ratio."""
-    denominator = today.mean_response_s - oracle.mean_response_s
-    if denominator > 1e-9 * max(today.mean_response_s, 1.0):
-        gain = _criterion((today.mean_response_s - policy.mean_response_s) / denominator,
-                          th.gain_min, "min")
-    else:
-        gain = _criterion(None, th.gain_min, "min",
-                          passed=policy.mean_response_s <= today.mean_response_s)
-    ratios = tenant_ratios(policy, today, th.min_tenant_tasks)
-    worst_name = max(ratios, key=lambda k: (ratios[k], k)) if ratios else None
-    worst = ratios[worst_name] if worst_name is not None else 1.0
-    criteria = {
-        "gain": gain,
-        "p99": _criterion(policy.p99_response_s / today.p99_response_s, th.p99_ratio_max, "max"),
-        "delta_jain": _criterion(policy.jain_bsld - today.jain_bsld, th.delta_jain_min, "min"),
-        "worst_tenant": _criterion(worst, th.worst_tenant_max, "max"),
-    }
-    return criteria, worst_name, ratios
-
-
-def scenario_criteria(policy: Outcome, today: Outcome) -> dict[str, Criterion]:
-    """No harm on a scenario: mean response, Jain (slowdown) and max service lag no worse
-    than today's; values are the policy's, bounds today's."""
-    return {
-        "mean_response": _criterion(policy.mean_response_s, today.mean_response_s, "max"),
-        "jain_slowdown": _criterion(policy.jain_slowdown, today.jain_slowdown, "min"),
-        "max_service_lag": _criterion(policy.max_service_lag_s, today.max_service_lag_s, "max"),
-    }
+def frontier_gain_of(case: Case, th: Thresholds) -> float | None:
+    """The frontier gain of log ``case``; None on a scenario."""
+    return case_frontier(case, th).gain if case.kind == "log" else None
 
 
 def verdict_of(case: Case, spec: str, extra: Mapping[str, Any] | None = None,
-               thresholds: Thresholds | None = None) -> Verdict:
-    """Policy ``spec`` on ``case`` against today (and the oracle on a log)."""
+               thresholds: Thresholds | None = None, *, frontier: bool = True) -> Verdict:
+    """Policy ``spec`` on ``case`` against today (and, on a log, the oracle and the frontier:
+    ``frontier=False`` leaves the share undefined and saves the family's simulations)."""
     th = thresholds or Thresholds()
     outcome = evaluate(case, spec, extra)
     today = evaluate(case, TODAY)
     oracle_mean: float | None = None
+    frontier_gain: float | None = None
     if case.kind == "log":
         oracle = evaluate(case, ORACLE)
         oracle_mean = oracle.mean_response_s
-        criteria, worst_name, ratios = log_criteria(outcome, today, oracle, th)
+        frontier_gain = frontier_gain_of(case, th) if frontier else None
+        criteria, worst_name, ratios = log_criteria(outcome, today, oracle, th, frontier_gain)
     else:
         criteria = scenario_criteria(outcome, today)
         ratios = tenant_ratios(outcome, today, th.min_tenant_tasks)
@@ -315,42 +176,21 @@ def verdict_of(case: Case, spec: str, extra: Mapping[str, Any] | None = None,
     return Verdict(workload=case.name, kind=case.kind, policy=spec, params=outcome.params,
                    criteria=criteria, passed=sum(c.passed for c in criteria.values()),
                    outcome=outcome, today=today, oracle_mean_response_s=oracle_mean,
-                   worst_tenant_name=worst_name, tenant_ratio=ratios)
+                   worst_tenant_name=worst_name, tenant_ratio=ratios,
+                   frontier_gain=frontier_gain)
 
 
-def recommend(verdicts: Sequence[Verdict], candidates: Sequence[str]) -> tuple[str | None, str]:
-    """The candidate that harms no tenant on the most real logs (the worst-tenant criterion:
-    "unfair to no one" comes first, an operator cannot trade a starved tenant for a faster
-    mean), then the one passing the most criteria over every workload; ties go to the
-    smaller sum of log-criterion distances (gain, p99 ratio, Jain, worst-tenant ratio), then
-    to the higher mean gain. Returns the name (``None`` without a candidate) and the reason."""
-    rows = []
-    for spec in candidates:
-        name = spec.partition("?")[0]
-        if name == TODAY or clairvoyant(name):
-            continue
-        mine = [v for v in verdicts if v.policy == spec]
-        if not mine:
-            continue
-        passed = sum(v.passed for v in mine)
-        protected = sum(v.criteria["worst_tenant"].passed for v in mine
-                        if v.kind == "log" and "worst_tenant" in v.criteria)
-        total = sum(len(v.criteria) for v in mine)
-        distance = sum(c.distance for v in mine if v.kind == "log" for c in v.criteria.values())
-        gains = [v.criteria["gain"].value for v in mine
-                 if v.kind == "log" and v.criteria["gain"].value is not None]
-        mean_gain = float(np.mean(gains)) if gains else -math.inf
-        rows.append((-protected, -passed, distance, -mean_gain, spec, passed, total, protected))
-    if not rows:
-        return None, "no candidate policy was judged"
-    rows.sort()
-    _, _, distance, neg_gain, spec, passed, total, protected = rows[0]
-    logs = sum(1 for v in verdicts if v.policy == spec and v.kind == "log")
-    everything = "every criterion on every workload" if passed == total else (
-        f"{passed} of {total} criteria over all workloads")
-    return spec, (f"{spec} keeps every tenant within the worst-tenant bound on {protected} of "
-                  f"{logs} logs (the most of any candidate) and passes {everything}; total "
-                  f"distance to the log criteria {distance:.3g}, mean gain {-neg_gain:.3f}")
+def recommend(verdicts: Sequence[Verdict], candidates: Sequence[str],
+              thresholds: Thresholds | None = None) -> tuple[str | None, str]:
+    """The rule of ``desched.bench.rule`` (promises first, then the smallest frontier share,
+    a gain floor, ties reported): the recommendation (``None`` without one) and the reason."""
+    name, _, reason, _ = rule_recommend(verdicts, candidates, thresholds or Thresholds())
+    return name, reason
+
+
+def tuning_pool(cases: Sequence[Case]) -> list[Case]:
+    """The log cases a tuner may see: never a held-back log (``desched.bench.holdout``)."""
+    return [c for c in cases if c.kind == "log" and not is_held_back(c.name)]
 
 
 def run_judge(
@@ -360,12 +200,16 @@ def run_judge(
     tune: Tune | None = None,
     thresholds: Thresholds | None = None,
     progress: Progress | None = None,
+    training_logs: Sequence[Case] | None = None,
 ) -> JudgeResult:
-    """Judge every policy spec on every case; today's and the oracle's rows are included.
+    """Judge every policy spec on every case; today's and the oracle's rows are included, and
+    each log's frontier (``desched.bench.frontier``).
 
-    With ``tune``, a policy's parameters on a held-out log come from ``tune(name, the other
-    log cases)`` and on a scenario from ``tune(name, every log case)``; without it, the
-    spec's parameters and the defaults (``fixed_defaults``)."""
+    With ``tune``, a policy's parameters on a log come from ``tune(name, training)`` with
+    ``training`` the other logs of ``training_logs`` (default: the run's logs) and on a
+    scenario with all of them; held-back logs are never in ``training``
+    (``tuning_pool``). Without ``tune``, the spec's parameters and the defaults
+    (``fixed_defaults``)."""
     if not cases:
         raise DeschedError("no workload to judge")
     th = thresholds or Thresholds()
@@ -374,10 +218,17 @@ def run_judge(
     order = list(dict.fromkeys([TODAY, ORACLE, *candidates]))
     for spec in order:
         resolve(cases[0], spec)  # refuse a bad spec before any simulation
-    logs = [c for c in cases if c.kind == "log"]
+    pool = tuning_pool(cases if training_logs is None else training_logs)
     verdicts: list[Verdict] = []
+    frontiers: list[Frontier] = []
+    deployable: list[Frontier] = []
     for case in cases:
-        training = [c for c in logs if c is not case]
+        training = [c for c in pool if c is not case and c.name != case.name]
+        if case.kind == "log":
+            if progress:
+                progress(f"{case.name}: the clairvoyant frontier")
+            frontiers.append(case_frontier(case, th))
+            deployable.append(frontier_of(case, th, clairvoyant=False))
         for spec in order:
             if case.kind == "scenario" and spec == ORACLE:
                 continue
@@ -386,12 +237,14 @@ def run_judge(
             name = spec.partition("?")[0]
             extra = dict(tune(name, training)) if spec not in (TODAY, ORACLE) else {}
             verdicts.append(verdict_of(case, spec, extra, th))
-    recommendation, reason = recommend(verdicts, candidates)
+    recommendation, group, reason, standings = rule_recommend(verdicts, candidates, th)
     return JudgeResult(
         today=TODAY, oracle=ORACLE, thresholds=th,
-        settings={"tune": getattr(tune, "__name__", repr(tune))},
+        settings={"tune": getattr(tune, "__name__", repr(tune)),
+                  "tuning_logs": [c.name for c in pool]},
         cases=[c.info() for c in cases], policies=order, verdicts=verdicts,
-        recommendation=recommendation, recommendation_reason=reason)
+        recommendation=recommendation, recommendation_reason=reason, tied=group,
+        frontiers=frontiers, deployable_frontiers=deployable, standings=standings)
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -405,24 +258,59 @@ def _cell(c: Criterion, digits: int = 2, suffix: str = "") -> str:
     return f"{_fmt(c.value, digits)}{suffix}{mark}"
 
 
+def _x(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}×"
+
+
 def markdown(result: JudgeResult) -> str:
-    """``judge.md``: the criteria per log and policy, the no-harm table, the ranges, the
-    recommendation. ✗ marks a failed criterion."""
+    """``judge.md``: the frontier per log, the criteria per log and policy, the no-harm
+    table, the ranges, the rule's standings, the recommendation. ✗ marks a failed
+    criterion."""
     th = result.thresholds
     lines = [
         f"# Which policy to deploy: the judge against `{result.today}`",
         "",
-        (f"Criteria per real log: gain ≥ {th.gain_min}, p99 ratio ≤ {th.p99_ratio_max}×, "
-        f"Δ Jain ≥ {th.delta_jain_min}, worst tenant (≥ {th.min_tenant_tasks} tasks) ≤ "
-        f"{th.worst_tenant_max}×. ✗ marks a failed criterion."),
+        (f"The three promises per real log: p99 response ≤ {th.p99_ratio_max}× today's, "
+         f"Δ Jain ≥ {th.delta_jain_min}, every tenant with ≥ {th.min_tenant_tasks} tasks ≤ "
+         f"{th.worst_tenant_max}× its mean bounded slowdown under today's. Oracle share: the "
+         f"gain over `{result.oracle}`'s (floor {th.gain_floor}); frontier share: the gain "
+         "over the frontier's, the largest gain of a clairvoyant policy of the family "
+         "keeping the three promises (target ≥ "
+         f"{th.frontier_share_min}). ✗ marks a failed criterion."),
         "",
     ]
+    if result.frontiers:
+        lines += [("The clairvoyant frontier per log (`desched.bench.frontier`); the last two "
+                   "columns run the same family on the log's predictions, at its best point "
+                   "for that very log (a diagnostic of prediction error, not a candidate):"),
+                  ""]
+        rows = []
+        deployable = {f.workload: f for f in result.deployable_frontiers}
+        for f in result.frontiers:
+            best = next((p for p in f.points if p.spec == f.best), None)
+            d = deployable.get(f.workload)
+            cut = (f.today_mean_response_s - f.oracle_mean_response_s) / f.today_mean_response_s
+            held = " (held back)" if is_held_back(f.workload) else ""
+            rows.append([f.workload + held, _fmt(f.today_mean_response_s, 0),
+                         f"{_fmt(100 * cut, 1)} %", _fmt(f.gain, 2), f.best or "none",
+                         _x(best.p99_ratio) if best else "-",
+                         _fmt(best.delta_jain, 3) if best else "-",
+                         _x(best.worst_tenant) if best else "-",
+                         f"{sum(p.kept for p in f.points)}/{len(f.points)}",
+                         _fmt(d.gain) if d else "-", (d.best or "none") if d else "-"])
+        lines += table_lines(["log", "today's mean response s", "oracle's cut of it",
+                              "frontier gain", "frontier point", "its p99", "its Δ Jain",
+                              "its worst tenant", "points keeping the promises",
+                              "on predictions: best gain", "at"], rows)
+        lines.append("")
     lines += table_lines(
-        ["log", "policy", "gain", "p99 vs today", "Δ Jain", "worst tenant", "passed"],
-        [[v.workload, v.policy, _cell(v.criteria["gain"]), _cell(v.criteria["p99"], 2, "×"),
-          _cell(v.criteria["delta_jain"], 3),
+        ["log", "policy", "oracle share", "frontier share", "p99 vs today", "Δ Jain",
+         "worst tenant", "promises", "passed"],
+        [[v.workload, v.policy, _cell(v.criteria["gain"]), _cell(v.criteria["frontier_share"]),
+          _cell(v.criteria["p99"], 2, "×"), _cell(v.criteria["delta_jain"], 3),
           _cell(v.criteria["worst_tenant"], 2, "×")
           + ("" if v.worst_tenant_name is None else f" ({v.worst_tenant_name})"),
+          f"{sum(v.criteria[k].passed for k in PROMISES)}/{len(PROMISES)}",
           f"{v.passed}/{len(v.criteria)}"]
          for v in result.verdicts if v.kind == "log" and v.policy != result.today])
     scen = [v for v in result.verdicts if v.kind == "scenario" and v.policy != result.today]
@@ -454,18 +342,31 @@ def markdown(result: JudgeResult) -> str:
                 return "n/a"
             return f"{_fmt(min(vals), digits)} to {_fmt(max(vals), digits)}"
 
-        ranges.append([spec, span("gain", 2), span("p99", 2), span("delta_jain", 3),
-                       span("worst_tenant", 2), f"{sum(v.all_passed for v in mine)}/{len(mine)}"])
-    lines += table_lines(["policy", "gain", "p99 vs today", "Δ Jain", "worst tenant",
-                          "logs passing all four"], ranges)
+        ranges.append([spec, span("gain", 2), span("frontier_share", 2), span("p99", 2),
+                       span("delta_jain", 3), span("worst_tenant", 2),
+                       f"{sum(v.promises_kept for v in mine)}/{len(mine)}",
+                       f"{sum(v.all_passed for v in mine)}/{len(mine)}"])
+    lines += table_lines(["policy", "oracle share", "frontier share", "p99 vs today",
+                          "Δ Jain", "worst tenant", "logs keeping the promises",
+                          "logs meeting all"], ranges)
+    if result.standings:
+        lines += ["", ("The rule (`desched.bench.rule`): gain floor, then workloads with "
+                       "every promise kept, promises kept, smallest frontier share; ties "
+                       f"within {th.share_tie}:"), ""]
+        lines += table_lines(
+            ["policy", "workloads keeping every promise", "promises kept",
+             "smallest frontier share", "mean frontier share", "below the gain floor on"],
+            [[s.spec, f"{s.all_kept}/{s.workloads}", f"{s.promises_kept}/{s.promises}",
+              _fmt(s.min_share), _fmt(s.mean_share), ", ".join(s.below_floor) or "-"]
+             for s in result.standings])
     lines += ["", (f"Recommendation: **{result.recommendation or 'none'}**: "
               f"{result.recommendation_reason}."), ""]
     rec = [v for v in result.verdicts if v.policy == result.recommendation and v.kind == "log"]
     if rec and not all(v.all_passed for v in rec):
-        lines += [(f"Distance of {result.recommendation} to each criterion (0: met; gain and "
-                  "Δ Jain short of their bound, p99 and worst-tenant ratios over it):"), ""]
+        lines += [(f"Distance of {result.recommendation} to each criterion (0: met; shares "
+                  "and Δ Jain short of their bound, p99 and worst-tenant ratios over it):"), ""]
         lines += table_lines(
-            ["log", "gain", "p99", "Δ Jain", "worst tenant"],
+            ["log", "oracle share", "frontier share", "p99", "Δ Jain", "worst tenant"],
             [[v.workload, *(_fmt(v.criteria[k].distance, 3) for k in LOG_CRITERIA)]
              for v in rec])
         lines.append("")

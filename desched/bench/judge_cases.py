@@ -260,8 +260,11 @@ def prepare_scenario(
     tasks: int = SCENARIO_TASKS,
     settings: Any = None,
     progress: Progress | None = None,
+    seed: int = SCENARIO_TEST_SEED,
 ) -> Case:
-    """The scenario case of DES scenario ``name`` (module docstring)."""
+    """The scenario case of DES scenario ``name`` (module docstring), its test trace drawn
+    with ``seed`` (the held-back seed of ``desched.bench.holdout`` for the final verdict);
+    named ``NAME`` at the judge's own seed, ``NAME-seedS`` at another."""
     from desched.models.training import TrainSettings
     from desched.workloads import SCENARIOS as KNOWN
     from desched.workloads import generate
@@ -269,9 +272,12 @@ def prepare_scenario(
     if name not in KNOWN:
         raise DeschedError(f"unknown scenario {name!r} (known: {', '.join(KNOWN)})")
     settings = settings or TrainSettings()
+    if seed == SCENARIO_TRAIN_SEED:
+        raise DeschedError(f"scenario seed {seed} is the one its duration model trains on")
     key = _digest(CACHE_VERSION, name, tasks, SCENARIO_WORKERS, SCENARIO_LOAD,
-                  SCENARIO_TEST_SEED, SCENARIO_TRAIN_SEED, settings.model_dump(mode="json"))
-    base = cache_dir / f"scenario-{name}-{key}" if cache_dir is not None else None
+                  seed, SCENARIO_TRAIN_SEED, settings.model_dump(mode="json"))
+    label = name if seed == SCENARIO_TEST_SEED else f"{name}-seed{seed}"
+    base = cache_dir / f"scenario-{label}-{key}" if cache_dir is not None else None
     if base is not None and (cached := _read_cache(base)) is not None:
         if progress:
             progress(f"{name}: cached ({cached.tasks} tasks)")
@@ -286,8 +292,9 @@ def prepare_scenario(
     if progress:
         progress(f"{name}: training on seed {SCENARIO_TRAIN_SEED} ({train_frame.height} tasks)")
     result = _train(train_frame, f"scenario {name} seed {SCENARIO_TRAIN_SEED}", settings)
-    test = predict_frame(result, draw(SCENARIO_TEST_SEED))
-    case = Case(name=name, kind="scenario", source=f"scenario:{name}", frame=test,
+    test = predict_frame(result, draw(seed))
+    source = f"scenario:{name}" + ("" if seed == SCENARIO_TEST_SEED else f"?seed={seed}")
+    case = Case(name=label, kind="scenario", source=source, frame=test,
                 workers=SCENARIO_WORKERS,
                 mean_train_duration_s=float(train_frame["duration_s"].mean()),  # type: ignore[arg-type]
                 model=_model_info(result), load=None, train_frac=None)
@@ -305,9 +312,10 @@ def prepare_cases(
     train_frac: float = TRAIN_FRAC,
     load: float = LOAD,
     progress: Progress | None = None,
+    scenario_seed: int = SCENARIO_TEST_SEED,
 ) -> list[Case]:
-    """Every log case (``default_logs()`` when ``logs`` is None), then every scenario case.
-    ``max_tasks`` also caps a scenario's tasks."""
+    """Every log case (``default_logs()`` when ``logs`` is None), then every scenario case
+    (test trace of ``scenario_seed``). ``max_tasks`` also caps a scenario's tasks."""
     paths = default_logs() if logs is None else [Path(p) for p in logs]
     if not 0 < train_frac < 1:
         raise DeschedError(f"train_frac must be in (0, 1), got {train_frac}")
@@ -316,6 +324,6 @@ def prepare_cases(
     cases = [prepare_log(p, cache_dir=cache_dir, max_tasks=max_tasks, train_frac=train_frac,
                          load=load, progress=progress) for p in paths]
     tasks = SCENARIO_TASKS if max_tasks is None else min(max_tasks, SCENARIO_TASKS)
-    cases += [prepare_scenario(s, cache_dir=cache_dir, tasks=tasks, progress=progress)
-              for s in scenarios]
+    cases += [prepare_scenario(s, cache_dir=cache_dir, tasks=tasks, progress=progress,
+                               seed=scenario_seed) for s in scenarios]
     return cases

@@ -44,6 +44,7 @@ from desched.policies import get_policy, learnable_params
 from desched.policies.base import Policy
 from desched.policies.learnable import LearnableParams
 from desched.runs import RunSummary
+from desched.today import TODAY_SCORER
 
 Learner = Literal["optuna", "rl"]
 
@@ -57,7 +58,7 @@ def serial_map(fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]) -> list[
     """The ``Mapper`` that runs everything here, in order."""
     return [fn(*a) for a in args]
 
-DEFAULT_REFERENCE = "ifs-memoryless"
+DEFAULT_REFERENCE = TODAY_SCORER
 """Today's scorer: the reference ``J`` is measured against unless a run names another."""
 
 DEFAULT_TRAIN_SEEDS = (0, 1, 2)

@@ -212,6 +212,7 @@ def tune_rl(
     windows: int = 20,
     lr: float = 0.02,
     entropy_weight: float = 0.01,
+    progress: Callable[[int], None] | None = None,
 ) -> LearnerResult:
     """REINFORCE with a per-cell baseline: every iteration runs one sampled episode per
     training cell, reward ``-J``, advantage ``-J - b_cell`` (``b_cell`` an exponential moving
@@ -256,6 +257,8 @@ def tune_rl(
         value = float(np.mean(values))
         best = min(best, value)
         curve.append(CurvePoint(step=step, value=value, best=best))
+        if progress is not None:
+            progress(step + 1)
     greedy = agent_controller(agent, greedy=True)
     used = np.zeros(len(actions))
     greedy_values = []

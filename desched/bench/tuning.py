@@ -19,7 +19,7 @@ trained on (``judge``) and writes a weights folder: ``card.json`` (``WeightsCard
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -58,6 +58,7 @@ from desched.bench.weights import (
 )
 from desched.errors import DeschedError
 from desched.policies import get_policy, learnable_params
+from desched.records import Record
 from desched.settings import DeschedSettings
 from desched.tables import table_lines
 
@@ -70,13 +71,15 @@ def tune_optuna(
     objective: Objective,
     seed: int = 0,
     mapper: Mapper = serial_map,
+    progress: Callable[[int], None] | None = None,
 ) -> LearnerResult:
     """TPE search over the policy's search space, starting from its start points and then
     its defaults (for ``ifs-counter``: 0.1 / 0.9 with no service term, then its defaults).
 
     Cost: ``trials * len(train)`` simulations; the trials run one after the other (each
     depends on the ones before), a trial's cells through ``mapper``. The curve has one
-    point per trial, with the parameters it tried.
+    point per trial, with the parameters it tried. ``progress`` hears the count of trials
+    done after each.
     """
     import optuna
 
@@ -98,6 +101,8 @@ def tune_optuna(
             mapper(run_on, [(c, policy, params, workers, objective) for c in train]))
         best = min([value, *(p.value for p in curve)])
         curve.append(CurvePoint(step=trial.number, value=value, best=best, **params))
+        if progress is not None:
+            progress(len(curve))
         return value
 
     study.optimize(trial_objective, n_trials=trials)
@@ -266,14 +271,16 @@ def split(settings: TuneSettings, mapper: Mapper = serial_map) -> tuple[list[Cel
 
 
 def learn(settings: TuneSettings, train: Sequence[Cell],
-          mapper: Mapper = serial_map) -> LearnerResult:
+          mapper: Mapper = serial_map,
+          progress: Callable[[int], None] | None = None) -> LearnerResult:
     """Run the settings' learner on the training cells (optuna's simulations through
-    ``mapper``; the RL learner updates its agent after every run, so runs here)."""
+    ``mapper``; the RL learner updates its agent after every run, so runs here);
+    ``progress`` hears the count of trials or iterations done."""
     if settings.learner == "optuna":
         return tune_optuna(train, settings.policy, settings.workers, settings.trials,
-                           settings.objective, settings.seed, mapper)
+                           settings.objective, settings.seed, mapper, progress)
     return tune_rl(train, settings.policy, settings.workers, settings.trials,
-                   settings.objective, settings.seed, settings.windows)
+                   settings.objective, settings.seed, settings.windows, progress=progress)
 
 
 def candidates_of(learned: LearnerResult, reference: str) -> dict[str, Candidate]:
@@ -379,10 +386,33 @@ def save(folder: str | Path, card: WeightsCard, learned: LearnerResult) -> dict[
     return paths
 
 
-def tune(settings: TuneSettings, out: str | Path, command: str | None = None) -> WeightsCard:
-    """Split, learn, judge on the held-out traces, save the weights folder; returns the card."""
+class TuningRun(Record):
+    """What the ``tune-weights`` flow hands back: its folder, the learned weights and their
+    training objective, the training and held-out cells, and the held-out verdict per
+    workload and candidate."""
+
+    out: str
+    weights: dict[str, float]
+    train_objective: float
+    train: list[dict[str, Any]]
+    heldout: list[dict[str, Any]]
+    verdict: dict[str, dict[str, str]]
+
+    @classmethod
+    def of(cls, out: str, card: WeightsCard) -> TuningRun:
+        return cls(out=out, weights=card.weights, train_objective=card.train_objective,
+                   train=[c.model_dump() for c in card.split.train],
+                   heldout=[c.model_dump() for c in card.split.heldout],
+                   verdict={w: {label: s.verdict for label, s in per.items()}
+                            for w, per in card.heldout.by_workload.items()})
+
+
+def tune(settings: TuneSettings, out: str | Path, command: str | None = None,
+         progress: Callable[[int], None] | None = None) -> WeightsCard:
+    """Split, learn, judge on the held-out traces, save the weights folder; returns the card.
+    ``progress`` hears the count of trials (iterations) done."""
     train, heldout = split(settings)
-    learned = learn(settings, train)
+    learned = learn(settings, train, progress=progress)
     judgement = judge(heldout, candidates_of(learned, settings.reference), settings.workers,
                       settings.objective, settings.windows)
     card = make_card(Path(out).name, settings, learned, train, heldout, judgement, command)

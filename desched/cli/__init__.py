@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "serve": "desched.cli.service:serve",
     "tenants": "desched.cli.service:tenants",
     "workers": "desched.cli.service:workers",
+    "operators": "desched.cli.service:operators",
     "policy": "desched.cli.service:policy",
     "live-demo": "desched.cli.live:live_demo",
     "train": "desched.cli.models:train",

@@ -14,6 +14,7 @@ import click
 
 from desched.cli.output import echo_markdown
 from desched.errors import DeschedError
+from desched.today import TODAY_SCORER
 
 
 def _split(values: tuple[str, ...]) -> list[str]:
@@ -44,7 +45,7 @@ def _seeds(text: str | None) -> list[int] | None:
               help="Folder for evaluation.json, table.parquet and drift.parquet.")
 @click.option("--jobs", default=1, show_default=True, type=click.IntRange(min=1),
               help="Simulations run in parallel (processes).")
-@click.option("--baseline", default="ifs-memoryless", show_default=True,
+@click.option("--baseline", default=TODAY_SCORER, show_default=True,
               help="Policy spec that paired differences are taken against (if evaluated).")
 @click.option("--window-s", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Window length for drift metrics (default: submission span / 20; never "
@@ -126,7 +127,13 @@ def tune(
         raise DeschedError(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
     command = shlex.join(["desched", *sys.argv[1:]]) if Path(sys.argv[0]).name == "desched" \
         else None
-    card = run_tune(settings, out, command=command)
+    from desched.cli.progress import bar
+
+    with bar(trials, f"tune ({learner})", "trial") as shown:
+        def advance(done: int) -> None:
+            shown.update(done - shown.n)
+
+        card = run_tune(settings, out, command=command, progress=advance)
     from desched.bench.tuning import verdict_markdown
 
     echo_markdown(verdict_markdown(card))

@@ -10,31 +10,37 @@ import click
 
 @click.command()
 @click.option("--quick", is_flag=True,
-              help="Small traces and few tuning steps: a first look in under 2 minutes.")
+              help="Small traces and few tuning steps: a first look (95 s on a 2-vCPU machine "
+                   "at load average 3, 166 s at load 12).")
 @click.option("--out", default="data/demo", show_default=True,
               type=click.Path(file_okay=False, path_type=Path),
               help="Folder of demo runs: the report goes to OUT/RUN/ (report.md, report.json, "
                    "plots), its working files to OUT/RUN/work/.")
 @click.option("--run", "run_name", default=None,
               help="Name of the run (default: UTC time and mode).")
+@click.option("--force", is_flag=True,
+              help="Write into OUT/RUN even when it already holds a run (replaced).")
 @click.option("--jobs", type=click.IntRange(min=1), default=None,
               help="Processes for the independent simulations and trainings [default: one "
                    "per core]; the same report with any number.")
 @click.option("--dask", "dask_address", default=None, metavar="ADDRESS",
               help="Run them on the Dask cluster at this scheduler address instead.")
-def demo(quick: bool, out: Path, run_name: str | None, jobs: int | None,
+def demo(quick: bool, out: Path, run_name: str | None, force: bool, jobs: int | None,
          dask_address: str | None) -> None:
     """Generate the workloads, simulate, ingest, train, tune, evaluate; write the report.
 
     Runs on Prefect's ephemeral local server, DuckDB and files under OUT; nothing else has to
     be running. One line per step on stderr shows where it is.
     """
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    from desched.cli.grammar import fresh_folder
+
+    if run_name is not None:
+        fresh_folder(out / run_name, force, "--run")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from desched.flows.demo import demo as run_demo
 
     result = run_demo(quick=quick, out=str(out), run=run_name, jobs=jobs,
                       dask_address=dask_address)
-    folder = Path(result["report_dir"])
-    click.echo(f"{folder / 'report.md'} ({result['total_s']:.0f} s); also report.json and "
-               f"{len(list(folder.glob('*.png')))} plots")
+    folder = Path(result.report_dir)
+    click.echo(f"{folder / 'report.md'} ({result.total_s:.0f} s); also report.html, "
+               f"report.json and {len(list(folder.glob('*.png')))} plots")

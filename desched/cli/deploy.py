@@ -2,7 +2,9 @@
 
 Waits for the server at ``PREFECT_API_URL`` to answer, creates the work pools that
 prefect.yaml names (``cpu`` and ``gpu``, process type) where they do not exist yet (an
-existing pool is left as it is), then runs ``prefect --no-prompt deploy --all`` in the
+existing pool is left as it is), saves the configuration prefect.yaml names (the Variable
+``desched_service_url``, the service's address, and, from $DESCHED_WORKER_TOKEN when set, the
+Secret block ``desched-worker-token``), then runs ``prefect --no-prompt deploy --all`` in the
 project folder. Running it again changes nothing but the deployments' code version. The
 README's "Run it on a Prefect server" has the whole path (server, workers, first runs).
 """
@@ -24,6 +26,28 @@ from desched.samples import CHECKOUT
 POOLS: tuple[str, ...] = ("cpu", "gpu")
 """The work pools prefect.yaml's deployments run on."""
 POOL_TYPE = "process"
+SERVICE_URL_VARIABLE = "desched_service_url"
+"""The Prefect Variable prefect.yaml reads the service's address from."""
+WORKER_TOKEN_BLOCK = "desched-worker-token"
+"""The Prefect Secret block the replay and the enrichment workers read the worker token from."""
+
+
+async def save_configuration(service_url: str, worker_token: str | None) -> list[str]:
+    """Set the Variable ``desched_service_url`` and, given a token, the Secret block
+    ``desched-worker-token`` (both overwritten); one line per item saying what was done."""
+    from prefect.blocks.system import Secret
+    from prefect.variables import Variable
+
+    await Variable.aset(SERVICE_URL_VARIABLE, service_url, overwrite=True)
+    lines = [f"variable {SERVICE_URL_VARIABLE}: {service_url}"]
+    if worker_token:
+        secret: Secret[str] = Secret(value=worker_token)  # type: ignore[arg-type]
+        await secret.asave(WORKER_TOKEN_BLOCK, overwrite=True)
+        lines.append(f"secret block {WORKER_TOKEN_BLOCK}: saved from $DESCHED_WORKER_TOKEN")
+    else:
+        lines.append(f"secret block {WORKER_TOKEN_BLOCK}: not saved ($DESCHED_WORKER_TOKEN is "
+                     "empty; the replay and the enrichment workers will read the environment)")
+    return lines
 
 
 def project_dir(given: Path | None) -> Path:
@@ -107,11 +131,16 @@ async def ensure_pools(names: tuple[str, ...] = POOLS) -> list[str]:
     help="Seconds to wait for the server to answer.",
 )
 @click.option("--pools-only", is_flag=True, help="Create the work pools; deploy nothing.")
-def deploy(project: Path | None, wait_s: float, pools_only: bool) -> None:
+@click.option("--service-url", default="http://127.0.0.1:8000", show_default=True,
+              help="The desched service's address (or several, comma-separated), saved as "
+                   "the Prefect Variable desched_service_url that prefect.yaml reads.")
+def deploy(project: Path | None, wait_s: float, pools_only: bool, service_url: str) -> None:
     """Create the work pools cpu and gpu (if missing) and deploy every flow of prefect.yaml.
 
-    Talks to the server at PREFECT_API_URL (required). Then start a worker per pool:
-    prefect worker start --pool cpu (and --pool gpu on a machine with a GPU).
+    Talks to the server at PREFECT_API_URL (required). Saves the service's address as the
+    Variable desched_service_url and, when DESCHED_WORKER_TOKEN is set, the worker token as
+    the Secret block desched-worker-token. Then start a worker per pool: prefect worker
+    start --pool cpu (and --pool gpu on a machine with a GPU).
     """
     folder = project_dir(project)
     url = api_url()
@@ -119,7 +148,11 @@ def deploy(project: Path | None, wait_s: float, pools_only: bool) -> None:
 
     async def pools() -> list[str]:
         await _wait_for_server(wait_s)
-        return await ensure_pools()
+        lines = await ensure_pools()
+        if not pools_only:
+            token = os.environ.get("DESCHED_WORKER_TOKEN")
+            lines += await save_configuration(service_url, token)
+        return lines
 
     for line in asyncio.run(pools()):
         click.echo(line)

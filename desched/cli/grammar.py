@@ -8,7 +8,8 @@
 - ``--store``: the service's state database (SQLite path or postgresql:// URL);
   ``--warehouse``: the DuckDB warehouse of ingested logs; ``--logs``: the decision-log folder
   (written by ``serve``, read by ``ingest``); ``--registry``: a model registry folder;
-  ``--out``: where a command writes, used as given (nothing is nested under a second name).
+  ``--out``: where a command writes, used as given (nothing is nested under a second name);
+  a run folder that already holds files is refused unless ``--force`` is given.
 """
 
 from __future__ import annotations
@@ -43,4 +44,15 @@ def existing_folder(path: Path, option: str) -> Path:
     if not path.is_dir():
         what = "is not a folder" if path.exists() else "does not exist"
         raise DeschedError(f"{option} {path}: {what}")
+    return path
+
+
+def fresh_folder(path: Path, force: bool, option: str = "--out") -> Path:
+    """``path`` if it is absent or an empty folder, or ``force`` is set; else a one-line
+    error naming the option and the folder (a run folder is never silently overwritten)."""
+    if path.exists() and not path.is_dir():
+        raise DeschedError(f"{option} {path}: is a file, not a folder")
+    if not force and path.is_dir() and any(path.iterdir()):
+        raise DeschedError(f"{option} {path}: folder is not empty (give --force to write "
+                           "over it, or another folder)")
     return path

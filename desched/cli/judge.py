@@ -36,7 +36,13 @@ def _tuner(target: str | None) -> Any:
 @click.command()
 @click.option("--logs", "logs", multiple=True,
               help="SWF logs (.swf, .swf.gz), comma-separated or repeated "
-                   "[default: the six bundled logs, data/samples/traces/*.swf.gz].")
+                   "[default: the bundled logs of --set, data/samples/traces/*.swf.gz].")
+@click.option("--set", "which", type=click.Choice(["dev", "held-back", "all"]), default="dev",
+              show_default=True,
+              help="Bundled logs to judge: dev (all but the two held back, scenarios at seed "
+                   "1), held-back (the final verdict: the two held-back logs, scenarios at the "
+                   "held-back seed, tuning on the dev logs only), all (six logs, seed 1). "
+                   "desched.bench.holdout names them.")
 @click.option("--scenarios", default="steady,flood", show_default=True,
               help="DES scenarios of the no-harm check, comma-separated; 'none' for none.")
 @click.option("--policies", "policies", multiple=True,
@@ -52,39 +58,43 @@ def _tuner(target: str | None) -> Any:
               default="data/judge-cache", show_default=True,
               help="Folder caching each workload's test part and predictions.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the cache.")
-@click.option("--jobs", type=click.IntRange(min=1), default=None,
-              help="Processes for the trainings and simulations [default: one per core]; "
-                   "the same results with any number.")
-@click.option("--dask", "dask_address", default=None, metavar="ADDRESS",
-              help="Run the trainings and simulations on the Dask cluster at this scheduler "
-                   "address instead.")
-@click.option("--tune", "tune", default=None, metavar="MODULE:FUNCTION",
-              help="Leave-one-log-out tuner: FUNCTION(policy_name, training_cases) -> params, "
-                   "called per held-out log with the other logs [default: fixed defaults].")
-def judge(logs: tuple[str, ...], scenarios: str, policies: tuple[str, ...], out: Path,
-          max_tasks: int | None, cache: Path, no_cache: bool, jobs: int | None,
-          dask_address: str | None, tune: str | None) -> None:
+@click.option("--tune", "tune", default=None, metavar="lolo|MODULE:FUNCTION",
+              help="Leave-one-log-out tuner: 'lolo' (desched.bench.lolo: each policy's grid, "
+                   "chosen by the recommendation rule on the other dev logs) or "
+                   "FUNCTION(policy_name, training_cases) -> params; held-back logs are never "
+                   "among the training cases [default: fixed defaults].")
+def judge(logs: tuple[str, ...], which: str, scenarios: str, policies: tuple[str, ...],
+          out: Path, max_tasks: int | None, cache: Path, no_cache: bool,
+          tune: str | None) -> None:
     """Judge candidate policies for deployment against today's scorer (ifs-memoryless).
 
     Per real log: train the duration model on the first 70 % of the tasks by submit time,
-    predict the last 30 % (rebased to 0), simulate it at utilisation 0.9 and check the four
-    criteria (gain >= 0.8 of sjf-oracle's, p99 response <= 1.0x, delta Jain >= 0, no tenant
-    with >= 10 tasks worse than 2x); per DES scenario, no harm to mean response, Jain's index
-    or max service lag. Writes OUT/judge.json and OUT/judge.md; progress goes to stderr.
+    predict the last 30 % (rebased to 0), simulate it at utilisation 0.9; compute the
+    clairvoyant frontier (desched.bench.frontier) and check the three promises (p99 response
+    <= 1.05x today's, delta Jain >= -0.02, no tenant with >= 10 tasks worse than 2x), the
+    frontier share (>= 0.8) and the gain floor (>= 0.1 of sjf-oracle's gain); per DES
+    scenario, no harm to mean response, Jain's index or max service lag. The recommendation
+    follows desched.bench.rule. Writes OUT/judge.json and OUT/judge.md; progress goes to
+    stderr.
     """
+    from desched.bench import holdout
     from desched.bench import judge as jd
+    from desched.bench.judge_cases import SCENARIO_TEST_SEED, log_name
+    from desched.cli.progress import MessageBar
 
     started = time.perf_counter()
-
-    def progress(message: str) -> None:
-        click.echo(f"[{time.perf_counter() - started:6.0f} s] {message}", err=True)
-
-    tuner = _tuner(tune)
-    log_paths = _split(logs) or None
+    tuner = None if tune == "lolo" else _tuner(tune)
+    log_paths: list[str] | None = _split(logs) or None
     if log_paths is not None:
         for p in log_paths:
             if not Path(p).is_file():
                 raise DeschedError(f"--logs: {p}: no such file")
+    bundled = [str(p) for p in jd.default_logs()] if log_paths is None else []
+    dev_paths = [p for p in bundled if not holdout.is_held_back(log_name(Path(p)))]
+    if log_paths is None:
+        log_paths = {"dev": dev_paths, "all": bundled,
+                     "held-back": [p for p in bundled if p not in dev_paths]}[which]
+    seed = holdout.HELD_BACK_SCENARIO_SEED if which == "held-back" else SCENARIO_TEST_SEED
     scenario_names = [] if scenarios.strip() == "none" else _split((scenarios,))
     candidates = _split(policies) or None
     if candidates is not None:
@@ -92,26 +102,31 @@ def judge(logs: tuple[str, ...], scenarios: str, policies: tuple[str, ...], out:
 
         for spec in candidates:
             PolicySpec.parse(spec)
-    from desched.bench import pooled_judge
-    from desched.bench.pool import Pool
+    cache_dir = None if no_cache else cache
+    preparing = MessageBar(len(log_paths) + len(scenario_names), "train and predict",
+                           started=started)
+    try:
+        cases = jd.prepare_cases(log_paths, scenarios=scenario_names, cache_dir=cache_dir,
+                                 max_tasks=max_tasks, progress=preparing, scenario_seed=seed)
+        training: list[jd.Case] | None = None
+        tuning_scenarios = [c for c in cases if c.kind == "scenario"]
+        if which == "held-back" and not logs:
+            training = jd.prepare_cases(dev_paths, scenarios=scenario_names,
+                                        cache_dir=cache_dir, max_tasks=max_tasks,
+                                        progress=preparing)
+            tuning_scenarios = [c for c in training if c.kind == "scenario"]
+    finally:
+        preparing.close()
+    if tune == "lolo":
+        from desched.bench.lolo import LoloTuner
 
-    with Pool(jobs, dask_address) as pool:
-        from desched.bench.judge_cases import SCENARIO_TASKS
-        from desched.models.training import TrainSettings
-
-        paths = [Path(p) for p in log_paths] if log_paths is not None else jd.default_logs()
-        tasks = SCENARIO_TASKS if max_tasks is None else min(max_tasks, SCENARIO_TASKS)
-        progress(f"preparing {len(paths)} logs and {len(scenario_names)} scenarios "
-                 f"(cached ones are read) on {pool.describe()}")
-        # processes carry the parallelism: one LightGBM thread per fit (the same models)
-        cases = pooled_judge.prepare_cases(
-            [(p, max_tasks) for p in paths], [(s, tasks) for s in scenario_names],
-            cache_dir=None if no_cache else cache, settings=TrainSettings(num_threads=1),
-            pool=pool)
-        runs = pooled_judge.prefill_outcomes(cases, candidates, tuned=tuner is not None,
-                                             pool=pool)
-        progress(f"{runs} simulations done on {pool.describe()}")
-    result = jd.run_judge(cases, candidates, tune=tuner, progress=progress)
+        tuner = LoloTuner(tuning_scenarios)
+    judging = MessageBar(len(cases), "judge", started=started)
+    try:
+        result = jd.run_judge(cases, candidates, tune=tuner, progress=judging,
+                              training_logs=training)
+    finally:
+        judging.close()
     json_path, md_path = jd.write_judge(result, out)
     click.echo(f"{json_path}\n{md_path}")
     click.echo(f"recommendation: {result.recommendation or 'none'} "

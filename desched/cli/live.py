@@ -1,11 +1,14 @@
 """``desched live-demo``: the whole live loop on one machine.
 
-Starts ``desched serve`` (SQLite under the output folder), a local Prefect server and N
-enrichment workers (subprocesses running ``flows.enrich.enrichment_worker`` against that
-server); registers tenants, one of which floods the queue at the start while the others
-submit steadily; prints the queue per tenant as it drains; then ingests the decision logs
-into a DuckDB warehouse and retrains the duration and peak-memory models with the pipeline's
-flows. Every process it starts is stopped by its own handle, also on error or Ctrl-C.
+Starts ``desched serve`` (SQLite under the output folder), a local Prefect server (with its
+UI; or uses the one at $PREFECT_API_URL when set) and N enrichment workers (subprocesses
+running ``flows.enrich.enrichment_worker`` against that server); registers tenants, one of
+which floods the queue at the start while the others submit steadily, and an operator
+(the service's page, ``/ui``); prints the queue per tenant as it drains and, at the end, the
+flood in numbers; then ingests the decision logs into a DuckDB warehouse and retrains the
+duration and peak-memory models with the pipeline's flows. Every process it starts is
+stopped by its own handle, also on error or Ctrl-C, unless ``--keep`` leaves the service,
+the Prefect server and the workers running (their addresses and process ids are printed).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import click
 from desched.cli.live_ledger import SubmitLedger
 from desched.cli.service import serve_argv
 from desched.errors import DeschedError
+from desched.today import TODAY_SCORER
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK_TYPES = ("extract", "classify", "embed", "ocr_clean")
@@ -68,16 +72,21 @@ def _wait_http(
 
 
 @contextmanager
-def _process(cmd: list[str], env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """A child process in its own session, ended (SIGTERM, then SIGKILL) with its group."""
+def _process(
+    cmd: list[str], env: dict[str, str], log: Path, keep: bool = False
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A child process in its own session, ended (SIGTERM, then SIGKILL) with its group,
+    unless ``keep`` and this block ends without an error (then it is left running)."""
     with log.open("ab") as out:
         proc = subprocess.Popen(
             cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
+    ok = False
     try:
         yield proc
+        ok = True
     finally:
-        if proc.poll() is None:
+        if proc.poll() is None and not (keep and ok):
             os.killpg(proc.pid, 15)
             try:
                 proc.wait(timeout=20)
@@ -127,11 +136,14 @@ def _tenant_table(db: Path) -> list[tuple[str, int, int, float, float, float]]:
     default=None,
     help="embedding model [auto; quick tiny]",
 )
-@click.option("--policy", default="ifs-memoryless", show_default=True, metavar="SPEC",
+@click.option("--policy", default=TODAY_SCORER, show_default=True, metavar="SPEC",
               help="live policy: NAME or 'NAME?KEY=VALUE&KEY=VALUE'")
 @click.option("--out", default=None, help="output folder [data/live-demo/<time>]")
 @click.option("--timeout-s", type=float, default=None, help="drain time limit [900; quick 240]")
 @click.option("--no-pipeline", is_flag=True, help="skip ingestion and retraining")
+@click.option("--keep", is_flag=True,
+              help="leave the service (and its operator page), the Prefect server and the "
+                   "workers running at the end, and print their addresses")
 def live_demo(
     quick: bool,
     receipts: int | None,
@@ -141,9 +153,13 @@ def live_demo(
     out: str | None,
     timeout_s: float | None,
     no_pipeline: bool,
+    keep: bool,
 ) -> None:
     """Service + Prefect server + workers; tenants submit SROIE receipts (one floods); the
-    queue drains per tenant; then ingestion and retraining run on the decision logs."""
+    queue drains per tenant; then ingestion and retraining run on the decision logs.
+
+    Uses the Prefect server at $PREFECT_API_URL when set, else starts one (UI included) on
+    a free port. The service's operator page is printed with its token."""
     from desched.cli.grammar import policy_spec
 
     policy_spec(policy)  # a bad policy spec is one line, before anything starts
@@ -171,6 +187,7 @@ def live_demo(
         tenants = ["flood", "acme", "globex", "initech"]
         tokens = {t: store.add_principal(Role.TENANT, t) for t in tenants}
         worker_token = store.add_principal(Role.WORKER, "enrich")
+        operator_token = store.add_principal(Role.OPERATOR, "live-demo")
     finally:
         store.close()
 
@@ -191,15 +208,19 @@ def live_demo(
 
     prefect_home = ROOT / ".prefect" / "live-demo"
     prefect_home.mkdir(parents=True, exist_ok=True)
+    given_api = os.environ.get("PREFECT_API_URL", "").rstrip("/")
     prefect_port, service_port = _free_port(), _free_port()
-    prefect_api = f"http://127.0.0.1:{prefect_port}/api"
+    prefect_api = given_api or f"http://127.0.0.1:{prefect_port}/api"
     base_env = {
         **os.environ,
-        "PREFECT_HOME": str(prefect_home),
+        "PREFECT_HOME": os.environ.get("PREFECT_HOME", str(prefect_home)),
         "PREFECT_API_URL": prefect_api,
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_SERVER_UI_ENABLED": "false",
-        "PREFECT_LOGGING_LEVEL": "WARNING",
+        # Run logs at INFO for the server (the UI shows the workers' steps); the terminal
+        # of each child keeps to warnings.
+        "PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL": "INFO",
+        "PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL": "INFO",
+        "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "WARNING",
         "HF_HUB_OFFLINE": "1",
     }
     service_env = {
@@ -213,24 +234,25 @@ def live_demo(
     service_url = f"http://127.0.0.1:{service_port}"
     click.echo(f"output: {folder}")
     started = time.monotonic()
-    with (
-        _process(
-            prefect_server_argv(prefect_port),
-            base_env,
-            folder / "prefect-server.log",
-        ) as server,
-        _process(
-            serve_argv(service_port, "--policy", policy),
-            service_env,
-            folder / "service.log",
-        ) as service,
-    ):
+    with ExitStack() as running:
+        server = None
+        if not given_api:
+            server = running.enter_context(_process(
+                prefect_server_argv(prefect_port), base_env, folder / "prefect-server.log",
+                keep=keep))
+        service = running.enter_context(_process(
+            serve_argv(service_port, "--policy", policy), service_env, folder / "service.log",
+            keep=keep))
         _wait_http(f"{service_url}/healthz", service, "desched serve", folder / "service.log", 60)
         click.echo(f"service: {service_url} (policy {policy})")
-        _wait_http(
-            f"{prefect_api}/health", server, "prefect server", folder / "prefect-server.log", 180
-        )
-        click.echo(f"prefect server: {prefect_api} ({time.monotonic() - started:.0f} s)")
+        click.echo(f"operator page: {service_url}/ui#token={operator_token}")
+        if server is not None:
+            _wait_http(f"{prefect_api}/health", server, "prefect server",
+                       folder / "prefect-server.log", 180)
+        prefect_ui = prefect_api.removesuffix("/api")
+        click.echo(f"prefect server: {prefect_api}, UI {prefect_ui} "
+                   f"({'given by PREFECT_API_URL' if given_api else 'started here'}; "
+                   f"{time.monotonic() - started:.0f} s)")
 
         ledger = SubmitLedger()  # every answer counted, every acknowledged id kept
         with httpx.Client(base_url=service_url, timeout=30) as http:
@@ -264,15 +286,17 @@ def live_demo(
                 call = (
                     "from desched.flows.enrich import enrichment_worker; enrichment_worker("
                     f"service_url={service_url!r}, worker_id='demo-{k}', db_path={str(warehouse)!r}, "
-                    f"model={model!r}, max_batch={8 if batched else 1}, idle_exit_s=4.0, "
+                    f"model={model!r}, max_batch={8 if batched else 1}, "
+                    f"idle_exit_s={None if keep else 4.0}, "
                     f"mem_budget_mb={2048.0 if batched else 512.0})"
                 )
                 worker_cmds.append([sys.executable, "-c", call])
-            with _workers(worker_cmds, worker_env, folder) as procs:
+            with _workers(worker_cmds, worker_env, folder, keep) as procs:
                 click.echo(f"{len(procs)} workers started (demo-0 holds up to 8 leases)")
                 _watch(http, tenants, limit_s, started, submitter, procs)
                 stop_submitting.set()
-                _let_finish(procs, 30.0)  # idle workers end their flow runs themselves
+                if not keep:
+                    _let_finish(procs, 30.0)  # idle workers end their flow runs themselves
             stop_submitting.set()
             submitter.join(timeout=5)
         table = _tenant_table(state_db)
@@ -290,6 +314,16 @@ def live_demo(
             f"\ndone in {time.monotonic() - started:.0f} s "
             f"(pipeline {time.monotonic() - service_stop:.0f} s); logs and state in {folder}"
         )
+        click.echo(flood_in_numbers(state_db))
+        if keep:
+            pids = [p.pid for p in (server, service, *procs) if p is not None]
+            click.echo(
+                f"\nleft running (--keep):\n  operator page  {service_url}/ui#token="
+                f"{operator_token}\n  service        {service_url} (/metrics, /healthz)\n"
+                f"  prefect UI     {prefect_ui}\n  workers        {len(procs)} (logs "
+                f"{folder}/worker-*.log)\nstop them with: kill -- "
+                + " ".join(f"-{pid}" for pid in pids)
+            )
         lost = {o.tenant: o.lost for o in outcomes if o.lost}
         if lost:
             raise DeschedError(
@@ -301,13 +335,44 @@ def live_demo(
 
 @contextmanager
 def _workers(
-    cmds: list[list[str]], env: dict[str, str], folder: Path
+    cmds: list[list[str]], env: dict[str, str], folder: Path, keep: bool = False
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
     with ExitStack() as stack:
         yield [
-            stack.enter_context(_process(cmd, env, folder / f"worker-{k}.log"))
+            stack.enter_context(_process(cmd, env, folder / f"worker-{k}.log", keep))
             for k, cmd in enumerate(cmds)
         ]
+
+
+def flood_in_numbers(db: Path, flooder: str = "flood") -> str:
+    """The flood in a few numbers, from the service's database: how many tasks the flooder
+    sent, how long its backlog took to drain, and the waits of its tasks beside those of
+    everyone else's tasks submitted while it drained."""
+    con = sqlite3.connect(db)
+    try:
+        rows = con.execute(
+            "SELECT tenant, submit_s, start_s, end_s FROM tasks WHERE start_s IS NOT NULL"
+        ).fetchall()
+    finally:
+        con.close()
+    import numpy as np
+
+    mine = [r for r in rows if r[0] == flooder]
+    if not mine:
+        return f"the flood: no task of {flooder!r} ran"
+    t0 = min(r[1] for r in mine)
+    drained = max(r[2] for r in mine)
+    others = [r[2] - r[1] for r in rows if r[0] != flooder and t0 <= r[1] <= drained]
+    waits = [r[2] - r[1] for r in mine]
+
+    def stat(w: list[float]) -> str:
+        if not w:
+            return "none submitted meanwhile"
+        return f"mean {np.mean(w):.1f} s, p99 {np.percentile(w, 99):.1f} s ({len(w)} tasks)"
+
+    return (f"the flood in numbers: {flooder!r} sent {len(mine)} tasks at once; its backlog "
+            f"drained in {drained - t0:.0f} s; its waits {stat(waits)}; the other tenants' "
+            f"tasks submitted meanwhile waited {stat(others)}")
 
 
 def _let_finish(procs: list[subprocess.Popen[bytes]], limit_s: float) -> None:

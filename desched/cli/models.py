@@ -71,8 +71,14 @@ def train(db: Path | None, trace: Path | None, registry: Path, max_rounds: int, 
         ]
     else:
         raise DeschedError("give exactly one of --warehouse FILE.duckdb or --trace TRACE.parquet")
-    for folder, frame, source, key in jobs:
-        card = register(folder, fit(frame, settings, source=source))
+    from desched.cli.progress import bar
+
+    fits = len(settings.objectives) + len(settings.quantiles)
+    with bar(len(jobs) * fits, "train", "model") as shown:
+        cards = [register(folder, fit(frame, settings, source=source,
+                                      progress=lambda _: shown.update(1)))
+                 for folder, frame, source, key in jobs]
+    for (_, _, _, key), card in zip(jobs, cards):
         m = card.metrics
         click.echo(f"{key + ': ' if key else ''}{card.version} {card.verdict}: {card.reason}")
         click.echo(

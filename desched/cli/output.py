@@ -17,15 +17,28 @@ ALWAYS_QUIET: dict[str, int] = {
 """Loggers that are noise even with -v."""
 
 
+RUN_LOGGERS = ("PREFECT_LOGGING_LOGGERS_PREFECT_FLOW_RUNS_LEVEL",
+               "PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL")
+"""Prefect's logging.yml overrides of the flow and task run loggers' levels."""
+CONSOLE_LEVEL = "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"
+"""Prefect's logging.yml override of its console handler's level."""
+
+
 def configure_logging(verbose: bool) -> None:
-    """Quiet by default: Prefect, its temporary server and Great Expectations log warnings
-    only; ``verbose`` lets their INFO lines through. Set before the libraries are imported
-    (commands import them lazily); an explicit PREFECT_LOGGING_LEVEL wins when quiet."""
+    """Quiet by default: on the terminal Prefect, its temporary server and Great
+    Expectations show warnings only, while the flow and task run logs keep their INFO lines
+    for the Prefect server (the UI shows a CLI run's steps); ``verbose`` lets every INFO line
+    through to the terminal too. Set before the libraries are imported (commands import them
+    lazily); explicit PREFECT_LOGGING_* settings win when quiet."""
     level = "INFO" if verbose else "WARNING"
+    for name in RUN_LOGGERS:
+        os.environ.setdefault(name, "INFO")
     if verbose:
         os.environ["PREFECT_LOGGING_LEVEL"] = level
+        os.environ[CONSOLE_LEVEL] = "NOTSET"
     else:
         os.environ.setdefault("PREFECT_LOGGING_LEVEL", level)
+        os.environ.setdefault(CONSOLE_LEVEL, level)
         os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", level)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # a busy machine needs more than Prefect's default 20 s to start the temporary server

@@ -238,6 +238,11 @@ def _revoke(role_name: str, name: str, db: str | None) -> None:
     click.echo(f"revoked {role_name} {name!r}; the running service refuses its token")
 
 
+def _none(what: str, db: str | None, hint: str) -> None:
+    """An empty listing says so, on stderr (stdout stays one row per line for scripts)."""
+    click.echo(f"{what} in {_settings(db=db).db} (add one: {hint})", err=True)
+
+
 def _list(role_name: str, db: str | None) -> None:
     import time
 
@@ -249,6 +254,9 @@ def _list(role_name: str, db: str | None) -> None:
         rows = store.principal_rows(Role(role_name))
     finally:
         store.close()
+    if not rows:
+        _none(f"no {role_name}s", db, f"desched {role_name}s add NAME")
+        return
     now = time.time()
     for name, created_at, expires_at, revoked_at in rows:
         if revoked_at is not None:
@@ -385,6 +393,9 @@ def tenants_controls(db: str | None) -> None:
         controls = store.tenant_controls()
     finally:
         store.close()
+    if not controls.tenants:
+        _none("no tenant controls", db, "desched tenants set NAME --weight 2")
+        return
     for name, c in controls.tenants.items():
         cells = [name, f"{c.weight:g}", *("-" if v is None else f"{v:g}"
                                           for v in (c.cap, c.rate, c.burst))]
@@ -420,6 +431,37 @@ def workers_revoke(name: str, db: str | None) -> None:
 def workers_list(db: str | None) -> None:
     """Every worker with its token's state (active, expires, expired, revoked)."""
     _list("worker", db)
+
+
+@click.group()
+def operators() -> None:
+    """Operators: who may read the operator page (GET /ui) of `desched serve`."""
+
+
+@operators.command("add")
+@click.argument("name")
+@click.option("--expires", default=None, help=EXPIRES_HELP)
+@STORE_OPTION
+def operators_add(name: str, expires: str | None, db: str | None) -> None:
+    """Register operator NAME and print its token (shown once; stored as a SHA-256 hash):
+    open http://HOST:PORT/ui#token=TOKEN. An operator whose token was revoked gets a new
+    one."""
+    _add("operator", name, db, expires)
+
+
+@operators.command("revoke")
+@click.argument("name")
+@STORE_OPTION
+def operators_revoke(name: str, db: str | None) -> None:
+    """Revoke operator NAME's token: 401 from now on."""
+    _revoke("operator", name, db)
+
+
+@operators.command("list")
+@STORE_OPTION
+def operators_list(db: str | None) -> None:
+    """Every operator with its token's state (active, expires, expired, revoked)."""
+    _list("operator", db)
 
 
 @click.group()

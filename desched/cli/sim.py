@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from desched.cli.grammar import POLICY_SPEC_HELP, policy_spec, split_specs
+from desched.cli.grammar import POLICY_SPEC_HELP, fresh_folder, policy_spec, split_specs
 from desched.cli.output import echo_markdown
 from desched.errors import DeschedError
 
@@ -21,7 +21,12 @@ if TYPE_CHECKING:
 
 
 TRACE_OPTION = click.option("--trace", "trace_path", required=True,
-                            type=click.Path(path_type=Path), help="Trace Parquet file.")
+                            type=click.Path(path_type=Path),
+                            help="Trace Parquet file, or an SWF log (.swf, .swf.gz), imported "
+                                 "on the fly as `desched import-swf` would.")
+FORCE_OPTION = click.option("--force", is_flag=True,
+                            help="Write into --out even when it already holds files "
+                                 "(they are replaced).")
 WORKERS_OPTION = click.option("--workers", required=True, type=click.IntRange(min=1),
                               help="Number of workers.")
 WINDOW_OPTION = click.option("--window-s", type=click.FloatRange(min=0, min_open=True),
@@ -173,6 +178,7 @@ def import_swf(log: Path, out: Path, rejected: Path | None) -> None:
               help="Run folder to write.")
 @click.option("--seed", default=0, show_default=True, help="Seed recorded with the run.")
 @WINDOW_OPTION
+@FORCE_OPTION
 @click.option("--tenants", "tenants_file", default=None,
               type=click.Path(dir_okay=False, path_type=Path),
               help="Tenant controls (TOML, JSON or CSV: tenant, weight, cap, rate, burst); "
@@ -186,7 +192,7 @@ def import_swf(log: Path, out: Path, rejected: Path | None) -> None:
               help="Leave out decision-log.parquet (tasks, decisions and summary stay).")
 def simulate(
     trace_path: Path, policy: str, workers: int, out: Path, seed: int, window_s: float | None,
-    tenants_file: Path | None, engine: Engine, no_decision_log: bool,
+    force: bool, tenants_file: Path | None, engine: Engine, no_decision_log: bool,
 ) -> None:
     """Simulate a policy over a trace; write tasks, decisions, decision log and summary.
 
@@ -196,12 +202,13 @@ def simulate(
         --workers 8 --out data/runs/r1
     """
     from desched.controls import Controls
-    from desched.trace import read_trace
+    from desched.swf import read_trace_or_swf
 
+    fresh_folder(out, force)
     controls = None if tenants_file is None else Controls.read(tenants_file)
     name, params = policy_spec(policy)
-    summary = run_policy(read_trace(trace_path), name, params, workers, out, seed, window_s,
-                         controls, engine=engine, decision_log=not no_decision_log)
+    summary = run_policy(read_trace_or_swf(trace_path), name, params, workers, out, seed,
+                         window_s, controls, engine=engine, decision_log=not no_decision_log)
     click.echo(
         f"{out}: {summary.tasks} tasks, mean wait {summary.mean_wait_s:.1f} s, "
         f"p99 response {summary.p99_response_s:.1f} s, Jain {summary.jain_slowdown:.3f}, "
@@ -304,9 +311,10 @@ def plot_wait_over_time(run_dirs: dict[str, Path], tenants: list[str], out: Path
 @WINDOW_OPTION
 @click.option("--tenants", "n_tenants", default=5, show_default=True, type=click.IntRange(min=0),
               help="Tenants shown by name in the table and plot (largest first).")
+@FORCE_OPTION
 def compare(
     trace_path: Path, policies: tuple[str, ...], workers: int, out: Path,
-    seed: int, window_s: float | None, n_tenants: int,
+    seed: int, window_s: float | None, n_tenants: int, force: bool,
 ) -> None:
     """Run several policies on one trace; print a table, write compare.json and a plot.
 
@@ -314,14 +322,15 @@ def compare(
     """
     import re
 
-    from desched.trace import read_trace
+    from desched.swf import read_trace_or_swf
 
     specs = list(dict.fromkeys(split_specs(policies)))
     if not specs:
         raise DeschedError("--policies: no policy named")
-    # refuse bad names and parameters before running anything
+    # refuse bad names, parameters and a used folder before running anything
     parsed = {spec: policy_spec(spec, "--policies") for spec in specs}
-    trace = read_trace(trace_path)
+    fresh_folder(out, force)
+    trace = read_trace_or_swf(trace_path)
     summaries: dict[str, RunSummary] = {}
     run_dirs: dict[str, Path] = {}
     for spec, (name, params) in parsed.items():
@@ -341,10 +350,16 @@ def compare(
 
 
 @click.command()
-def policies() -> None:
+@click.option("--markdown", is_flag=True,
+              help="print the README's policy table (generated from the registry) instead")
+def policies(markdown: bool) -> None:
     """List the registered policies, their parameters and what they do."""
-    from desched.policies import REGISTRY
+    from desched.policies import REGISTRY, registry_markdown
     from desched.policies.learnable import learnable_keys
+
+    if markdown:
+        click.echo(registry_markdown(), nl=False)
+        return
 
     for name in sorted(REGISTRY):
         cls = REGISTRY[name]

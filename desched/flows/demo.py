@@ -1,9 +1,10 @@
 """Flow ``demo``: the research bench end to end, on the embedded default (Prefect's ephemeral
 server, DuckDB and files under ``data/``), also run by ``desched demo [--quick]``.
 
-Composition only: every step is a task of ``desched/tasks/demo.py`` (or ``desched/tasks/tune.py``, or the
-``ingest-logs`` flow as a subflow) around a function of ``desched.bench.demo``, which
-documents the steps. One line per step on stderr, and a Prefect progress artifact, show
+Composition only (an import contract forbids flows -> desched.bench): every step is a task
+of ``desched/tasks/demo.py`` (or ``desched/tasks/tune.py``, or the ``ingest-logs`` flow as a
+subflow) around a function of ``desched.bench.demo``, which documents the steps; the few
+settings helpers it calls come through ``desched.tasks.demo`` too. One line per step on stderr, and a Prefect progress artifact, show
 where it is.
 """
 
@@ -15,33 +16,30 @@ from typing import Any
 
 from prefect import flow
 
-from desched.bench import demo as lib
-from desched.bench.demo import DemoSettings, Mode
-from desched.bench.pool import Pool
-from desched.bench.weights import WeightsCard
 from desched.tasks import demo as t
+from desched.tasks.demo import DemoSettings, Mode, WeightsCard
 
 STEPS = ("workloads", "simulate", "ingest", "train", "tune", "evaluate", "report")
 
 
 @flow(name="demo", log_prints=True)
 def demo(quick: bool = False, out: str = "data/demo", run: str | None = None,
-         jobs: int | None = None, dask_address: str | None = None) -> dict[str, Any]:
-    """Run the research bench and write ``<out>/<run>/`` (report.md, report.json,
-    PNGs); working files go under ``<out>/<run>/work/``. Returns the report's folder, its
-    JSON and the time per step. The independent simulations and trainings of a step run on
-    ``jobs`` processes (default: the settings', one per core) or on the Dask cluster at
-    ``dask_address`` (``desched.bench.pool``): the same report either way."""
+         jobs: int | None = None, dask_address: str | None = None) -> t.DemoRun:
+    """Run the research bench and write ``<out>/<run>/`` (report.md, report.html,
+    report.json, PNGs); working files go under ``<out>/<run>/work/``. Returns the report's
+    folder, the report and the time per step. The independent simulations and trainings of
+    a step run on ``jobs`` processes (default: the settings', one per core) or on the Dask
+    cluster at ``dask_address`` (``desched.bench.pool``): the same report either way."""
     mode: Mode = "quick" if quick else "full"
     overrides = {k: v for k, v in (("jobs", jobs), ("dask_address", dask_address))
                  if v is not None}
     settings = DemoSettings.of(mode, **overrides)
-    with Pool(settings.jobs, settings.dask_address) as pool:
+    with t.Pool(settings.jobs, settings.dask_address) as pool:
         return _demo(settings, quick, out, run, pool)
 
 
 def _demo(settings: DemoSettings, quick: bool, out: str, run: str | None,
-          pool: Pool) -> dict[str, Any]:
+          pool: t.Pool) -> t.DemoRun:
     from desched.flows.ingest import ingest_logs
     from desched.tasks.retrain import publish_report as publish_model
     from desched.tasks.tune import (
@@ -61,12 +59,12 @@ def _demo(settings: DemoSettings, quick: bool, out: str, run: str | None,
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)
     db_path = work / "warehouse.duckdb"
-    progress = t.Progress(len(STEPS))
-    specs = lib.trace_specs(settings)
+    progress = t.Progress(len(STEPS), shares=t.STEP_SHARES[mode])
+    specs = t.trace_specs(settings)
     # The report's judge needs nothing of the steps below: it runs beside them, on a process
     # of its own, and fills the cores that their serial parts (RL, ingestion, plots) leave
     # idle.
-    deploy_job = pool.submit(lib.deploy_of, settings, root)
+    deploy_job = pool.submit(t.deploy_of, settings, root)
 
     workloads = progress.run(
         "workloads", "generate the scenarios and import the SWF logs",
@@ -100,7 +98,7 @@ def _demo(settings: DemoSettings, quick: bool, out: str, run: str | None,
         cards = {}
         split = None
         for learner in ("optuna", "rl"):
-            ts = lib.tune_settings(settings, specs, learner)
+            ts = t.tune_settings(settings, specs, learner)
             split = split or split_traces(ts, pool)  # the same cells for both learners
             learned = learn_weights(ts, split[0], pool)
             # the RL agent's controller is a closure of this process: judged here
@@ -119,19 +117,19 @@ def _demo(settings: DemoSettings, quick: bool, out: str, run: str | None,
     def evaluate_all() -> tuple[dict[str, Any], list[Any]]:
         sims = t.simulate_q3_all(
             {w: (trained[w].heldout_trace, trained[w].workers,
-                 lib.heldout_candidates(workloads[w].info, learned, settings.baseline))
+                 t.heldout_candidates(workloads[w].info, learned, settings.baseline))
              for w in settings.q3_workloads}, pool)
-        cells, labels = lib.over_seeds_cells(settings, specs, workloads, learned)
+        cells, labels = t.over_seeds_cells(settings, specs, workloads, learned)
         results = t.evaluate_over_seeds(cells, settings.eval_workers, pool)
-        return sims, lib.over_seeds_rows(results, labels, settings.baseline)
+        return sims, t.over_seeds_rows(results, labels, settings.baseline)
 
     sims, eval_rows = progress.run("evaluate", "evaluate every policy (held-out parts, seeds)",
                                    evaluate_all)
 
     def write() -> Any:
-        report = lib.assemble_report(
+        report = t.assemble_report(
             run=run, settings=settings, specs=specs, workloads=workloads,
-            ingestion=lib.ingestion_of(ingest), q1=q1, eval_rows=eval_rows, cards=cards,
+            ingestion=t.ingestion_of(ingest), q1=q1, eval_rows=eval_rows, cards=cards,
             trained=trained, sims=sims, steps=progress.steps, total_s=progress.elapsed(),
             root=root, deploy=deploy_job.result())
         t.write_report(report, {w: r.dirs for w, r in q1.items()}, str(report_dir), sims)
@@ -139,5 +137,5 @@ def _demo(settings: DemoSettings, quick: bool, out: str, run: str | None,
         return report
 
     report = progress.run("report", "write the report and publish it as artifacts", write)
-    return {"report_dir": str(report_dir), "report": report.to_json(),
-            "steps": progress.steps, "total_s": progress.elapsed()}
+    return t.DemoRun(report_dir=str(report_dir), report=report, steps=progress.steps,
+                       total_s=progress.elapsed())

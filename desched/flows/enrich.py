@@ -6,8 +6,10 @@ worker token, enriches what it is given (torch; CUDA when present), stores the r
 warehouse and completes each task with its real duration and peak memory. It stops after
 ``max_tasks`` tasks or ``idle_exit_s`` seconds without work (None: never).
 
-The token is read from the environment variable named ``token_env``, never passed as a
-parameter (parameters are shown in the Prefect UI).
+The token is read from the Prefect Secret block named ``token_block`` (prefect.yaml names
+``desched-worker-token``, which ``desched deploy`` saves from $DESCHED_WORKER_TOKEN), else
+from the environment variable named ``token_env``; it is never a parameter (parameters are
+shown in the Prefect UI).
 """
 
 from __future__ import annotations
@@ -18,20 +20,20 @@ import time
 from typing import Any, cast
 
 from prefect import flow, get_run_logger
-from prefect.artifacts import create_markdown_artifact
+from prefect.artifacts import create_table_artifact
 
 from desched.enrich.client import LeaseKeeper, ServiceClient, ServiceError, poll_while_fits
 from desched.enrich.documents import DEFAULT_SROIE
 from desched.enrich.embedding import ModelChoice
 from desched.enrich.memory import available_mb
 from desched.errors import DeschedError
-from desched.tables import markdown_table
 from desched.tasks.enrich import (
     enrich_batch,
     load_enricher,
     report_batch,
     store_batch,
 )
+from desched.tasks.replay import worker_token
 
 DEFAULT_DB = "data/warehouse.duckdb"
 MAX_IDLE_SLEEP_S = 2.0
@@ -42,6 +44,7 @@ def enrichment_worker(
     service_url: str = "http://127.0.0.1:8000",
     worker_id: str | None = None,
     token_env: str = "DESCHED_WORKER_TOKEN",
+    token_block: str | None = None,
     docs_root: str = str(DEFAULT_SROIE),
     db_path: str = DEFAULT_DB,
     model: str = "auto",
@@ -81,7 +84,8 @@ def enrichment_worker(
     batch_cap = max_batch if max_batch is not None else (16 if where.startswith("cuda") else 1)
     budget = mem_budget_mb if mem_budget_mb is not None else 0.8 * available_mb(where)
     ident = worker_id or f"{socket.gethostname()}-{os.getpid()}"
-    client = ServiceClient(service_url, os.environ.get(token_env, ""), ident)
+    token = worker_token(token_block, token_env) if token_block else os.environ.get(token_env, "")
+    client = ServiceClient(service_url, token, ident)
     totals = {"completed": 0, "late": 0, "failed": 0, "cancelled": 0, "batches": 0}
     logger.info(
         "worker %s: model %s on %s, batches of %d, budget %.0f MiB",
@@ -143,10 +147,15 @@ def enrichment_worker(
         "max_batch": batch_cap,
         "mem_budget_mb": budget,
     }
-    create_markdown_artifact(
+    create_table_artifact(
         key="enrichment-worker",
-        markdown=markdown_table(["", ""], summary.items()),
-        description=f"enrichment worker {ident}",
+        table=[{"what": k, "value": v} for k, v in summary.items()],
+        description=f"enrichment worker {ident}: {totals['completed']} documents enriched",
+    )
+    logger.info(
+        "%d documents enriched and completed (%d failed, %d cancelled, %d late) in %d batches",
+        totals["completed"], totals["failed"], totals["cancelled"], totals["late"],
+        totals["batches"],
     )
     return summary
 

@@ -19,16 +19,41 @@ from typing import Any, Literal
 from prefect import flow, unmapped
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
-from desched.bench.evaluate import EvalCell, cells_of
 from desched.errors import DeschedError
 from desched.tasks.evaluate import (
+    EvalCell,
+    EvaluationRun,
     aggregate_cells,
+    cells_of,
     evaluate_cell,
     publish_evaluation,
     write_evaluation,
 )
+from desched.today import TODAY_SCORER
 
 Runner = Literal["process", "thread", "dask", "ray"]
+
+
+def check_scheduler(address: str, timeout_s: float = 3.0) -> None:
+    """Refuse, in one line and within ``timeout_s``, a scheduler address (``tcp://host:port``)
+    that nothing answers on, instead of the client's long connect retries."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(address if "://" in address else f"tcp://{address}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        host, port = None, None
+    if not host or not port:
+        raise DeschedError(f"address {address!r}: expected tcp://HOST:PORT")
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise DeschedError(f"address {address!r}: no Dask scheduler answers ({reason}); start "
+                           "one, or leave address out for a local cluster") from None
 
 
 def task_runner(runner: Runner, max_parallel: int | None = None,
@@ -46,6 +71,8 @@ def task_runner(runner: Runner, max_parallel: int | None = None,
         # one thread per worker process: the simulator is pure Python (the GIL). Annotated,
         # so that mypy passes with prefect-dask installed (typed) or not (Any).
         local = {"n_workers": max_parallel, "threads_per_worker": 1, "processes": True}
+        if address:
+            check_scheduler(address)
         dask: TaskRunner[Any] = (
             DaskTaskRunner(address=address) if address else DaskTaskRunner(cluster_kwargs=local)
         )
@@ -80,10 +107,10 @@ def evaluate_policies(
     runner: Runner = "process",
     max_parallel: int | None = None,
     address: str | None = None,
-    baseline: str | None = "ifs-memoryless",
+    baseline: str | None = TODAY_SCORER,
     window_s: float | None = None,
     out: str | None = None,
-) -> dict[str, Any]:
+) -> EvaluationRun:
     """Run every policy spec on every trace spec and seed (``desched.bench.evaluate``), aggregate
     over seeds (mean, 95 % t-interval, per-window drift, paired difference from
     ``baseline`` when it is among the policies), write ``out`` (default
@@ -98,4 +125,4 @@ def evaluate_policies(
                 "runner": runner, "baseline": baseline, "window_s": window_s}
     paths = write_evaluation(out, settings, rows, results)
     publish_evaluation(rows, out)
-    return {"out": out, "files": paths, "rows": rows}
+    return EvaluationRun(out=out, files=paths, rows=rows)

@@ -1,7 +1,7 @@
 """Flow ``tune-weights``: learn the scorer's weights offline, judge them on held-out traces.
 
 Trace-driven simulation on training traces (scenario seeds or slices of a log) with the Optuna
-or the RL learner of ``desched.bench.tuning``, then a verdict on traces never trained on, saved
+or the RL learner of ``desched.bench.tuning`` (through ``desched.tasks.tune``), then a verdict on traces never trained on, saved
 as a weights folder that the policy (any with learnable parameters: ``desched policies``)
 loads with ``weights=FOLDER``::
 
@@ -18,21 +18,23 @@ result is the same as without a runner.
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import flow
 
-from desched.bench import tuning
-from desched.bench.learning import Cell, Learner, LearnerResult, Objective
-from desched.bench.tuning import Judgement, TuneSettings
 from desched.flows.evaluate import Runner, task_runner
 from desched.tasks.tune import (
+    Cell,
+    Judgement,
+    Learner,
+    LearnerResult,
+    Objective,
+    TuneSettings,
+    TuningRun,
     judge_heldout,
     learn_weights,
     publish_tuning,
-    runner_map,
     save_weights,
     split_traces,
+    tune_with_runner_map,
 )
 
 
@@ -41,11 +43,7 @@ def tune_on_runner(
     settings: TuneSettings,
 ) -> tuple[list[Cell], list[Cell], LearnerResult, Judgement]:
     """Split, learn and judge with every simulation a task run on this flow's runner."""
-    train, heldout = tuning.split(settings, runner_map)
-    learned = tuning.learn(settings, train, runner_map)
-    verdict = tuning.judge(heldout, tuning.candidates_of(learned, settings.reference),
-                           settings.workers, settings.objective, settings.windows, runner_map)
-    return train, heldout, learned, verdict
+    return tune_with_runner_map(settings)
 
 
 @flow(name="tune-weights", log_prints=True)
@@ -67,7 +65,7 @@ def tune_weights(
     runner: Runner | None = None,
     max_parallel: int | None = None,
     address: str | None = None,
-) -> dict[str, Any]:
+) -> TuningRun:
     """Learn weights of ``policy`` on ``train`` (default seeds: ``desched.bench.learning``),
     judge them against ``reference`` on ``heldout`` (default: the training specs on other
     seeds), write ``out``; returns the weights, the training objective and the held-out
@@ -91,12 +89,4 @@ def tune_weights(
     overall = card.heldout.overall
     print(f"{out}: {card.weights}; held-out J " + ", ".join(
         f"{label} {s.J.mean:.3f} ({s.verdict})" for label, s in overall.items()))
-    return {
-        "out": out,
-        "weights": card.weights,
-        "train_objective": card.train_objective,
-        "train": [c.model_dump() for c in card.split.train],
-        "heldout": [c.model_dump() for c in card.split.heldout],
-        "verdict": {w: {label: s.verdict for label, s in per.items()}
-                    for w, per in card.heldout.by_workload.items()},
-    }
+    return TuningRun.of(out, card)

@@ -45,11 +45,12 @@ from desched.models.features import (
     with_history,
 )
 from desched.models.registry import CARD, ModelUnavailable, Registry, file_sha256
+from desched.today import TODAY_SCORER
 
 if TYPE_CHECKING:
     import lightgbm
 
-FALLBACK_POLICY = "ifs-memoryless"
+FALLBACK_POLICY = TODAY_SCORER
 """The policy a scheduler runs when no predictor loads: it reads no ``predicted_s``."""
 
 _DOUBLE_P = ctypes.POINTER(ctypes.c_double)

@@ -28,6 +28,7 @@ import hashlib
 import math
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -267,10 +268,12 @@ def heldout_fingerprint(test: pl.DataFrame) -> str:
 
 
 def train(
-    frame: pl.DataFrame, settings: TrainSettings | None = None, source: str = "trace"
+    frame: pl.DataFrame, settings: TrainSettings | None = None, source: str = "trace",
+    progress: Callable[[str], None] | None = None,
 ) -> TrainResult:
     """Fit the duration model, its quantile models and the baselines on ``frame``; score all on
-    the test slice. Cost: one LightGBM fit per objective and per quantile."""
+    the test slice. Cost: one LightGBM fit per objective and per quantile (``fits``);
+    ``progress`` hears the name of each fit done."""
     settings = settings or TrainSettings()
     started = time.perf_counter()
     data = prepare(frame, source)
@@ -299,6 +302,8 @@ def train(
     for name in settings.objectives:
         lgb_objective, log_target = OBJECTIVES[name]
         model = fit(objective=lgb_objective, log_target=log_target)
+        if progress is not None:
+            progress(name)
         candidates[name] = model
         compared[name] = {
             "valid_mae_s": mae(y_valid, model.predict_s(x_valid)),
@@ -313,6 +318,8 @@ def train(
     for q in settings.quantiles:
         key = f"p{round(q * 100)}"
         qm = fit(objective="quantile", log_target=True, alpha=q)
+        if progress is not None:
+            progress(key)
         quantile_models[key] = qm
         pred = qm.predict_s(x_test)
         diff = y_test - pred
@@ -362,15 +369,9 @@ def train(
 def load_trace_or_swf(path: str | Path) -> pl.DataFrame:
     """A trace Parquet file, or an SWF log (``.swf``, ``.swf.gz``) imported as a trace (whose
     ``swf_wait_s`` gives the history features the jobs' real end times)."""
-    from desched.trace import read_trace
+    from desched.swf import read_trace_or_swf
 
-    path = Path(path)
-    if path.name.endswith((".swf", ".swf.gz")):
-        from desched.swf import import_swf
-
-        frame, _ = import_swf(path)
-        return frame
-    return read_trace(path)
+    return read_trace_or_swf(path)
 
 
 def _read_completions(db_path: str | Path) -> pl.DataFrame:

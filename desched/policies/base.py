@@ -70,6 +70,10 @@ class PolicyParams(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     duration_scaled: ClassVar[Mapping[str, float]] = MappingProxyType({})
+    frontier_grid: ClassVar[tuple[Mapping[str, float], ...]] = ()
+    """The points at which the judge's clairvoyant frontier runs the policy fed the true
+    durations (``desched.bench.frontier``), ordered from nearly first-come to nearly
+    shortest-first; empty: its defaults only."""
 
 
 class Policy(ABC):
@@ -110,10 +114,18 @@ class Policy(ABC):
     gives, and ``pop_fitting_by_requeue`` needs no ``take``."""
 
     def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
-        self.tasks = tasks
+        self.tasks = tasks if self.clairvoyant() else tasks.without_durations()
         self.params = params if params is not None else self.Params()
         self.score = math.nan
         self.parts: tuple[float, ...] = ()
+
+    @classmethod
+    def clairvoyant(cls) -> bool:
+        """Whether the policy declares that it reads the true ``duration_s`` (``reads``): a
+        bound, not a candidate. Every other policy sees the task table through
+        ``TaskTable.without_durations``, whose ``duration_s`` raises on any read (here and in
+        ``desched.policies.make_policy``, the mechanism, whatever the policy does)."""
+        return "duration_s" in cls.reads
 
     @abstractmethod
     def push(self, i: int, now: float) -> None:

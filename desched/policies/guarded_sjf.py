@@ -20,7 +20,7 @@ sums and the naive twin's rescans agree exactly.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any, ClassVar
 
 from pydantic import Field
@@ -48,6 +48,9 @@ class GuardedSjfParams(LearnableParams):
     lowers Jain's index on ``flood``); docs/deploy-policy-research.md.
     """
 
+    frontier_grid: ClassVar[tuple[Mapping[str, float], ...]] = tuple(
+        {"beta": 1.0, "a": a}
+        for a in (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 5000.0))
     search: ClassVar[SearchSpace] = SearchSpace((
         Range("beta", 1.0, 4.0, grid=(1.0, 1.05, 1.1, 1.25, 1.5, 2.0)),
         Range("a", 0.0, 500.0, grid=(0.0, 5.0, 10.0, 20.0, 50.0, 200.0)),
@@ -60,7 +63,8 @@ class GuardedSjfParams(LearnableParams):
 
 
 class GuardState:
-    """The work clock and the sums both twins keep the same way."""
+    """The fast policy's work clock, pushed-work sums and deadlines (the naive twin keeps
+    its own)."""
 
     clock: int
     pushed_work: int
@@ -102,8 +106,11 @@ class GuardState:
                 self.deadline[i] = float(saved[tasks.task_id[i]])
 
 
-class GuardedSjfNaive(GuardState, NaivePolicy):
-    """Reference: rescans the queue for the work ahead of an arrival and for the winner."""
+class GuardedSjfNaive(NaivePolicy):
+    """Reference, written from the module docstring again (no code shared with the fast
+    policy): the work clock, the pushed work and each deadline kept in plain attributes; a
+    push rescans the queue for the work ahead of it, a decision rescans it for the winner.
+    Work is ``max(0, round(predicted_s * 1000))`` whole milliseconds."""
 
     name = "guarded-sjf"
     summary = ("shortest predicted first; a task whose first-come turn on the work clock, "
@@ -116,37 +123,62 @@ class GuardedSjfNaive(GuardState, NaivePolicy):
 
     def __init__(self, tasks: TaskTable, params: GuardedSjfParams | None = None) -> None:
         super().__init__(tasks, params)
-        self.init_guard()
+        self.work_done = 0
+        self.work_pushed = 0
+        self.count_pushed = 0
+        self.due_at: dict[int, float] = {}
+
+    def ms(self, i: int) -> int:
+        """Task ``i``'s predicted work in whole milliseconds."""
+        return max(0, round(self.tasks.predicted_s[i] * 1000))
 
     def push(self, i: int, now: float) -> None:
-        ahead = sum(units(self.tasks.predicted_s[j]) for j in self.queue)
-        self.deadline[i] = self.deadline_of(units(self.tasks.predicted_s[i]), ahead, self.params)
+        ahead = 0
+        for j in self.queue:
+            ahead += self.ms(j)
+        self.work_pushed += self.ms(i)
+        self.count_pushed += 1
+        mean = self.work_pushed / self.count_pushed
+        self.due_at[i] = self.work_done + self.params.beta * ahead + self.params.a * mean
         super().push(i, now)
 
     def key(self, i: int, now: float) -> tuple[float, ...]:
-        d, s = self.deadline[i], self.tasks.submit_s[i]
-        if d <= self.clock:
+        d, s = self.due_at[i], self.tasks.submit_s[i]
+        if d <= self.work_done:
             return (1.0, -d, -s, -i)
         return (0.0, -self.tasks.predicted_s[i], -s, -i)
 
     def explain(self, i: int, now: float) -> tuple[float, tuple[float, ...]]:
-        late = self.lateness_s(i)
+        late = (self.work_done - self.due_at[i]) / 1000
         return late, (self.tasks.predicted_s[i], late)
 
     def taken(self, i: int, now: float) -> None:
-        self.clock += units(self.tasks.predicted_s[i])
-        del self.deadline[i]
+        self.work_done += self.ms(i)
+        del self.due_at[i]
 
     def removed(self, i: int, now: float) -> None:
-        self.pushed_work -= units(self.tasks.predicted_s[i])
-        self.pushed -= 1
-        del self.deadline[i]
+        self.work_pushed -= self.ms(i)
+        self.count_pushed -= 1
+        del self.due_at[i]
 
     def state(self) -> dict[str, Any] | None:
-        return self.guard_state(self.tasks, self.queue)
+        if self.work_done == 0 and self.count_pushed == 0:
+            return None
+        ids = self.tasks.task_id
+        return {
+            "clock": self.work_done,
+            "pushed": [self.work_pushed, self.count_pushed],
+            "deadline": {ids[i]: self.due_at[i] for i in sorted(self.queue)},
+        }
 
     def restore(self, state: dict[str, Any]) -> None:
-        self.restore_guard(self.tasks, self.queue, state)
+        self.work_done = int(state["clock"])
+        self.work_pushed, self.count_pushed = (int(x) for x in state["pushed"])
+        saved = state["deadline"]
+        for i in self.queue:
+            tid = self.tasks.task_id[i]
+            if tid in saved:
+                self.due_at[i] = float(saved[tid])
 
 
 class _HeapWalk:

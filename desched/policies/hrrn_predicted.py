@@ -8,20 +8,24 @@ from desched.trace import TaskTable
 
 
 class HrrnPredictedNaive(NaivePolicy):
-    """Reference: evaluates every queued task's response ratio at ``now``."""
+    """Reference: evaluates every queued task's response ratio ``((now - submit_s) + p) / p``
+    at ``now`` (its own expression, not the tournament's ``response_ratio``)."""
 
     name = "hrrn-predicted"
     summary = "highest response ratio (wait + predicted) / predicted next, non-preemptive"
     components = ("predicted_s",)
     reads = frozenset({"predicted_s"})
 
+    def ratio(self, i: int, now: float) -> float:
+        p = self.tasks.predicted_s[i]
+        waited = now - self.tasks.submit_s[i]
+        return (waited + p) / p
+
     def key(self, i: int, now: float) -> tuple[float, ...]:
-        s = self.tasks.submit_s[i]
-        return (response_ratio(now, s, self.tasks.predicted_s[i]), -s, -i)
+        return (self.ratio(i, now), -self.tasks.submit_s[i], -i)
 
     def explain(self, i: int, now: float) -> tuple[float, tuple[float, ...]]:
-        p = self.tasks.predicted_s[i]
-        return response_ratio(now, self.tasks.submit_s[i], p), (p,)
+        return self.ratio(i, now), (self.tasks.predicted_s[i],)
 
 
 class HrrnPredicted(Policy):

@@ -10,7 +10,7 @@ import numpy as np
 from pydantic import Field
 
 from desched.policies.base import PolicyParams
-from desched.policies.ifs_memoryless import IfsMemoryless, IfsMemorylessNaive, IfsParams, norm
+from desched.policies.ifs_memoryless import IfsMemoryless, IfsMemorylessNaive, IfsParams
 from desched.policies.learnable import Range, SearchSpace, Simplex
 from desched.structures.ifs_kernel import COUNTER
 from desched.trace import TaskTable
@@ -75,14 +75,16 @@ class IfsCounterNaive(IfsMemorylessNaive):
         self.service_at_s: dict[int, float] = {}
 
     def decayed_service_s(self, k: int, now: float) -> float:
-        """Tenant ``k``'s counter decayed to ``now``."""
-        return decayed(
-            self.service_s.get(k, 0.0), self.service_at_s.get(k, 0.0), now, self.params.half_life_s
-        )
+        """Tenant ``k``'s counter decayed to ``now``: ``S_k * 2**(-(now - t_k) / h)`` by
+        numpy's ``exp2`` (its own, not ``decayed``)."""
+        halvings = -(now - self.service_at_s.get(k, 0.0)) / self.params.half_life_s
+        return float(self.service_s.get(k, 0.0) * np.exp2(np.float64(halvings)))
 
     def complete(self, i: int, now: float, duration_s: float) -> None:
         k = self.tasks.tenant[i]
-        self.service_s[k] = self.decayed_service_s(k, now) + self.tasks.charge(k, duration_s)
+        w = self.tasks.tenant_weight.get(k)
+        charged = duration_s if w is None else duration_s / w
+        self.service_s[k] = self.decayed_service_s(k, now) + charged
         self.service_at_s[k] = now
 
     def state(self) -> dict[str, Any] | None:
@@ -108,7 +110,7 @@ class IfsCounterNaive(IfsMemorylessNaive):
 
     def counter_parts(self, i: int, now: float) -> tuple[float, float, float]:
         nb, nw = self.parts_of(i, now)
-        return nb, nw, norm(self.service[self.tasks.tenant[i]], self.max_service)
+        return nb, nw, self.share(self.service[self.tasks.tenant[i]], self.max_service)
 
     def score_of(self, i: int, now: float) -> tuple[float, tuple[float, ...]]:
         nb, nw, ns = parts = self.counter_parts(i, now)

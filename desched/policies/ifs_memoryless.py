@@ -12,6 +12,7 @@ from desched.policies.base import NaivePolicy, Policy, PolicyParams
 from desched.policies.learnable import LearnableParams, SearchSpace, Simplex
 from desched.structures.ifs_kernel import MEMORYLESS, Call, KernelCacheState, Picker, kernel
 from desched.structures.tenant_queues import TenantQueues, pick_slot
+from desched.today import TODAY_SCORER
 from desched.trace import TaskTable
 
 
@@ -38,7 +39,7 @@ def norm(x: float, x_max: float) -> float:
 class IfsMemorylessNaive(NaivePolicy):
     """Reference: scores every queued task from scratch, exactly as DESIGN.md reads it."""
 
-    name = "ifs-memoryless"
+    name = TODAY_SCORER
     summary = "0.1 * normalised tenant backlog + 0.9 * normalised wait, recomputed every poll"
     Params = IfsParams
     components = ("norm_backlog", "norm_wait")
@@ -49,9 +50,16 @@ class IfsMemorylessNaive(NaivePolicy):
         self.max_backlog = float(max(self.backlog.values()))
         self.max_wait = max(now - self.tasks.submit_s[i] for i in self.queue)
 
+    @staticmethod
+    def share(x: float, x_max: float) -> float:
+        """``x / x_max``, 0 where the maximum is 0 (the twin's own, not ``norm``)."""
+        if x_max <= 0:
+            return 0.0
+        return x / x_max
+
     def parts_of(self, i: int, now: float) -> tuple[float, float]:
-        nb = norm(self.backlog[self.tasks.tenant[i]], self.max_backlog)
-        nw = norm(now - self.tasks.submit_s[i], self.max_wait)
+        nb = self.share(self.backlog[self.tasks.tenant[i]], self.max_backlog)
+        nw = self.share(now - self.tasks.submit_s[i], self.max_wait)
         return nb, nw
 
     def key(self, i: int, now: float) -> tuple[float, ...]:
@@ -78,7 +86,7 @@ class IfsMemoryless(KernelCacheState, Policy):
     pushes and a ``take`` of the winner (which logs its score among all queued tasks).
     """
 
-    name = "ifs-memoryless"
+    name = TODAY_SCORER
     summary = IfsMemorylessNaive.summary
     Params = IfsParams
     components = IfsMemorylessNaive.components

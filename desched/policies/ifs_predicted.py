@@ -9,7 +9,6 @@ import numpy as np
 from pydantic import Field
 
 from desched.policies.base import NaivePolicy, Policy, PolicyParams
-from desched.policies.ifs_memoryless import norm
 from desched.structures.ifs_kernel import PREDICTED, Call, KernelCacheState, kernel
 from desched.structures.tenant_queues import TenantQueues
 from desched.trace import TaskTable
@@ -48,8 +47,11 @@ class IfsPredictedNaive(NaivePolicy):
         self.p_max = max(self.tasks.predicted_s[i] for i in self.queue)
 
     def parts_of(self, i: int) -> tuple[float, float]:
-        nb = norm(self.backlog[self.tasks.tenant[i]], self.max_backlog)
-        return nb, shortness(self.tasks.predicted_s[i], self.p_max)
+        """The twin's own ``norm`` and ``shortness``."""
+        backlog = self.backlog[self.tasks.tenant[i]]
+        nb = backlog / self.max_backlog if self.max_backlog > 0 else 0.0
+        p = self.tasks.predicted_s[i]
+        return nb, (1.0 - p / self.p_max if self.p_max > 0 else 0.0)
 
     def key(self, i: int, now: float) -> tuple[float, ...]:
         nb, ns = self.parts_of(i)

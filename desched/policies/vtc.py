@@ -97,8 +97,9 @@ class VirtualCounters:
 class VtcNaive(NaivePolicy):
     """Reference: the queued task with the smallest ``(counter of its tenant, task_key, position)``.
 
-    Finding the backlogged tenants (for the lift, and for whether a tenant's queue emptied)
-    rescans the queue.
+    Written from the rules of ``VirtualCounters`` again, sharing none of its code: its own
+    counters in a dict, the backlogged tenants (for the lift, and for whether a tenant's
+    queue emptied) found by rescanning the queue.
     """
 
     name = "vtc"
@@ -108,7 +109,8 @@ class VtcNaive(NaivePolicy):
 
     def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
         super().__init__(tasks, params)
-        self.counters = VirtualCounters(tasks)
+        self.counter: dict[int, float] = {}
+        self.last_left: int | None = None
 
     def task_key(self, i: int) -> tuple[float, ...]:
         """Order within a tenant, smallest first (the position breaks ties)."""
@@ -118,39 +120,62 @@ class VtcNaive(NaivePolicy):
         tenant = self.tasks.tenant
         return {tenant[j] for j in self.queue}
 
+    def add(self, k: int, seconds: float) -> None:
+        """Charge tenant ``k`` ``seconds`` of service, divided by its weight if it has one."""
+        w = self.tasks.tenant_weight.get(k)
+        self.counter[k] = self.counter.get(k, 0.0) + (seconds if w is None else seconds / w)
+
     def push(self, i: int, now: float) -> None:
         k = self.tasks.tenant[i]
         others = self.backlogged()
         if k not in others:
-            self.counters.lift(k, min((self.counters.of(j) for j in others), default=None))
+            if others:
+                floor: float | None = min(self.counter.get(j, 0.0) for j in others)
+            elif self.last_left is not None:
+                floor = self.counter.get(self.last_left, 0.0)
+            else:
+                floor = None
+            if floor is not None and floor > self.counter.get(k, 0.0):
+                self.counter[k] = floor
         super().push(i, now)
 
     def key(self, i: int, now: float) -> tuple[float, ...]:
-        rank = (self.counters.of(self.tasks.tenant[i]), *self.task_key(i), i)
+        rank = (self.counter.get(self.tasks.tenant[i], 0.0), *self.task_key(i), i)
         return tuple(-x for x in rank)
 
     def explain(self, i: int, now: float) -> tuple[float, tuple[float, ...]]:
-        return self.counters.of(self.tasks.tenant[i]), ()
+        return self.counter.get(self.tasks.tenant[i], 0.0), ()
 
     def taken(self, i: int, now: float) -> None:
-        self.counters.dispatched(i)
         k = self.tasks.tenant[i]
+        p = self.tasks.predicted_s[i]
+        if not math.isnan(p):  # charged at dispatch
+            self.add(k, p)
         if k not in self.backlogged():
-            self.counters.left(k)
+            self.last_left = k
 
     def removed(self, i: int, now: float) -> None:
         k = self.tasks.tenant[i]
         if k not in self.backlogged():
-            self.counters.left(k)
+            self.last_left = k
 
     def complete(self, i: int, now: float, duration_s: float) -> None:
-        self.counters.completed(i, duration_s)
+        p = self.tasks.predicted_s[i]
+        if math.isnan(p):  # no prediction: charged its real duration now
+            self.add(self.tasks.tenant[i], duration_s)
 
     def state(self) -> dict[str, Any] | None:
-        return self.counters.state()
+        names = self.tasks.tenant_names
+        return {
+            "counter": {names[k]: self.counter[k] for k in sorted(self.counter)},
+            "last_left": None if self.last_left is None else names[self.last_left],
+        }
 
     def restore(self, state: dict[str, Any]) -> None:
-        self.counters.restore(state)
+        code = self.tasks.tenant_code
+        self.counter = {code(str(n)): float(v) for n, v in state["counter"].items()}
+        last = state["last_left"]
+        self.last_left = None if last is None else code(str(last))
 
 
 HeapEntry = tuple[Any, ...]

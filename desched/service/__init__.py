@@ -11,7 +11,11 @@ HTTP status), ``clock``, ``leases`` (the lease book), ``policy_host`` (install, 
 restore the live policy), ``dispatch`` (what a poll gets), ``idempotency``, ``tokens``,
 ``predictions``, ``writer`` (group commit), ``telemetry`` (counters and ``/metrics``),
 ``decision_log`` (the JSON-lines log the ingestion flow reads) and ``store`` (every SQL
-statement, over SQLite or PostgreSQL).
+statement of the request path, over SQLite or PostgreSQL).
+
+The operator page: ``overview`` (what ``GET /ui/state`` answers, read off the hot path:
+the scheduler's memory under its lock, the database on a connection of its own) and
+``operator.html`` (the static page, ``GET /ui``).
 
 The service depends on models only through ``desched.models.interfaces``. Nothing here runs
 at import time.

@@ -36,11 +36,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Header, Request, Response
+from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from desched.errors import DeschedError
 from desched.models.interfaces import DurationPredictor, MemoryPredictor
@@ -58,6 +59,7 @@ from desched.service.clock import Clock
 from desched.service.decision_log import DecisionLog
 from desched.service.errors import Forbidden, ServiceError, Unauthorized, Unavailable
 from desched.service.hot_path import HotPath
+from desched.service.overview import PAGE, OverviewCache
 from desched.service.records import NewTask, Role
 from desched.service.scheduler import Scheduler
 from desched.service.settings import ServiceSettings
@@ -161,6 +163,7 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
     """The API over ``scheduler`` (built from ``settings`` when not given); the scheduler is
     started, and its housekeeper run, for the lifetime of the app."""
     sched = scheduler if scheduler is not None else build_scheduler(settings)
+    overview = OverviewCache(settings.db, settings.operator_refresh_s)
     bearer = HTTPBearer(auto_error=False, description="a tenant or worker token")
 
     @asynccontextmanager
@@ -174,6 +177,7 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
             keeper.stopped.set()
             keeper.join(timeout=2)  # a daemon: one stuck on the database is left behind
             sched.stop(settings.shutdown_grace_s)
+            overview.close()
 
     app = ServiceApp(
         title="desched",
@@ -392,6 +396,27 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
     async def metrics() -> PlainTextResponse:
         """Prometheus text: queue length per tenant, decisions, lease expiries, latency."""
         return PlainTextResponse(sched.metrics(), media_type=CONTENT_TYPE)
+
+    @app.get("/ui", response_class=HTMLResponse, tags=["operations"])
+    async def operator_page() -> HTMLResponse:
+        """The operator page: static HTML whose script reads ``/ui/state`` every few
+        seconds with an operator token (given as ``/ui#token=...`` or typed in)."""
+        return HTMLResponse(PAGE.read_text(encoding="utf-8"))
+
+    @app.get("/ui/state", tags=["operations"])
+    async def operator_state(
+        creds: Credentials,
+        window_s: Annotated[float, Query(ge=1, le=3600, description="fairness window")] = 60.0,
+    ) -> JSONResponse:
+        """What the operator page shows (``desched.service.overview``): per tenant queued,
+        running, done, waits, controls; the policy and why; fairness per window; workers,
+        leases; active or standby. Needs an operator token; answers on a standby too."""
+        if creds is None:
+            raise Unauthorized("missing bearer token (Authorization: Bearer <token>)")
+        if sched.tokens.principal(creds.credentials).role is not Role.OPERATOR:
+            raise Forbidden("this route needs an operator token")
+        view = await run_in_threadpool(overview.get, sched, window_s)
+        return JSONResponse(view.as_json())
 
     app.state.scheduler = sched
     return app

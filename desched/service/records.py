@@ -67,10 +67,12 @@ def new_lease_id() -> str:
 
 
 class Role(StrEnum):
-    """What a token may do: tenants submit and read their tasks, workers poll and report."""
+    """What a token may do: tenants submit and read their tasks, workers poll and report,
+    operators read the operator page (``GET /ui/state``)."""
 
     TENANT = "tenant"
     WORKER = "worker"
+    OPERATOR = "operator"
 
 
 class TaskState(StrEnum):

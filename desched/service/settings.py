@@ -102,6 +102,14 @@ class ServiceSettings(DeschedSettings):
         description="candidates a poll may skip, in the policy's order, because they do not "
         "fit the worker's free_mem_mb; past that the poll gets nothing",
     )
+    operator_refresh_s: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description="how often, at most, the operator page (GET /ui) re-reads the database "
+        "for its per-tenant counts, waits and fairness windows, whatever the number of viewers; "
+        "nothing is read while nobody looks",
+    )
     durability: Literal["process", "machine"] = Field(
         "process",
         description="what an acknowledged write survives. process: a crash of the service "

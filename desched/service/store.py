@@ -18,7 +18,8 @@ Durability (``durability``): a commit survives a crash of the service process in
 "machine" also makes it survive a crash of the machine or of the database server, at the
 price of one WAL flush per commit, which the single writer cannot overlap.
 
-Every SQL statement of the service is in this module. The scheduler changes tasks only
+Every SQL statement of the service is in this module (the tables' definitions in
+``desched.service.schema``). The scheduler changes tasks only
 through ``Write``s built here (``insert_write``, ``lease_write``, ...): each must change exactly
 one row, and its ``WHERE`` names the state the scheduler believes the row is in, so a write
 that finds the row otherwise fails its batch instead of overwriting it.
@@ -45,8 +46,9 @@ from typing import Any, Literal
 
 from desched.controls import Controls, TenantControl
 from desched.errors import DeschedError
-from desched.service.errors import LostLeadership
+from desched.service.errors import LostLeadership, Unavailable
 from desched.service.records import LiveTask, Role, TaskState
+from desched.service.schema import SCHEMA
 
 
 class Dialect(StrEnum):
@@ -54,60 +56,6 @@ class Dialect(StrEnum):
     POSTGRES = "postgresql"
 
 
-SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS principals (
-        token_sha256 TEXT PRIMARY KEY,
-        role TEXT NOT NULL,
-        name TEXT NOT NULL,
-        created_at DOUBLE PRECISION NOT NULL,
-        expires_at DOUBLE PRECISION,
-        revoked_at DOUBLE PRECISION,
-        UNIQUE (role, name)
-    )""",
-    """CREATE TABLE IF NOT EXISTS tasks (
-        seq BIGINT PRIMARY KEY,
-        task_id TEXT NOT NULL UNIQUE,
-        tenant TEXT NOT NULL,
-        task_type TEXT NOT NULL,
-        document_ref TEXT NOT NULL,
-        doc_bytes BIGINT,
-        pages BIGINT,
-        mem_mb DOUBLE PRECISION,
-        predicted_mem_mb DOUBLE PRECISION,
-        submit_s DOUBLE PRECISION NOT NULL,
-        predicted_s DOUBLE PRECISION,
-        batch_key TEXT,
-        batch_index INTEGER,
-        request_sha256 TEXT,
-        state TEXT NOT NULL,
-        attempts INTEGER NOT NULL DEFAULT 0,
-        worker TEXT,
-        worker_id TEXT,
-        lease_id TEXT,
-        lease_expires_at DOUBLE PRECISION,
-        start_s DOUBLE PRECISION,
-        end_s DOUBLE PRECISION,
-        duration_s DOUBLE PRECISION,
-        peak_mem_mb DOUBLE PRECISION,
-        result_ref TEXT,
-        error TEXT,
-        priority INTEGER NOT NULL DEFAULT 0,
-        UNIQUE (tenant, batch_key, batch_index)
-    )""",
-    "CREATE INDEX IF NOT EXISTS tasks_live ON tasks (seq) WHERE state IN ('queued', 'leased')",
-    """CREATE TABLE IF NOT EXISTS config (
-        key TEXT PRIMARY KEY,
-        value TEXT NOT NULL
-    )""",
-    """CREATE TABLE IF NOT EXISTS tenant_controls (
-        tenant TEXT PRIMARY KEY,
-        weight DOUBLE PRECISION NOT NULL,
-        cap INTEGER,
-        rate DOUBLE PRECISION,
-        burst DOUBLE PRECISION,
-        updated_at DOUBLE PRECISION NOT NULL
-    )""",
-)
 
 _SUBMITTED_COLUMNS = (
     "seq",
@@ -424,8 +372,10 @@ class Store:
             try:
                 self.conn = psycopg.connect(self.target, autocommit=True, connect_timeout=10)
             except psycopg.OperationalError as exc:
+                # Unavailable (a DeschedError): one line at start-up, and a 503 to retry, not
+                # a 400, when a request finds the server down (a restart) and reconnects.
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else "no detail"
-                raise DeschedError(f"cannot connect to PostgreSQL: {first}") from None
+                raise Unavailable(f"cannot connect to PostgreSQL: {first}") from None
             sync = "off" if durability == "process" else "on"
             self.conn.execute(f"SET synchronous_commit = {sync}")
             idle, interval, count = PG_KEEPALIVE_S
@@ -789,3 +739,21 @@ class Store:
     def count_by_state(self) -> dict[str, int]:
         rows = self.execute("SELECT state, COUNT(*) FROM tasks GROUP BY state").fetchall()
         return {r[0]: int(r[1]) for r in rows}
+
+    def ended_since(self, since: float, limit: int) -> list[tuple[Any, ...]]:
+        """``(seq, tenant, submit_s, start_s, end_s, duration_s, state)`` of the tasks that ran
+        and ended (done, dead, cancelled) at or after ``since``, newest first, ``limit`` rows."""
+        return list(self.execute(
+            "SELECT seq, tenant, submit_s, start_s, end_s, duration_s, state FROM tasks WHERE "
+            "end_s >= ? AND start_s IS NOT NULL AND state IN ('done', 'dead', 'cancelled') "
+            "ORDER BY seq DESC LIMIT ?", (since, limit)).fetchall())
+
+    def tenant_state_counts(self) -> list[tuple[Any, ...]]:
+        """``(tenant, state, count, earliest submit_s)`` per tenant and state."""
+        return list(self.execute("SELECT tenant, state, COUNT(*), MIN(submit_s) FROM tasks "
+                                 "GROUP BY tenant, state").fetchall())
+
+    def leased_rows(self) -> list[tuple[Any, ...]]:
+        """``(tenant, submit_s, start_s)`` of every leased task that has started."""
+        return list(self.execute("SELECT tenant, submit_s, start_s FROM tasks WHERE state = "
+                                 "'leased' AND start_s IS NOT NULL").fetchall())

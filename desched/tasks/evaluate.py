@@ -6,21 +6,58 @@ change), and the tasks that take whole summaries skip input hashing.
 
 from __future__ import annotations
 
+import hashlib
+import json
+from pathlib import Path
 from typing import Any
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from prefect.cache_policies import NONE
+from prefect.cache_policies import NONE, TASK_SOURCE, CacheKeyFnPolicy
+from prefect.context import TaskRunContext
 
 from desched.bench import evaluate
-from desched.bench.evaluate import EvalCell, EvalRow
+from desched.bench.evaluate import EvalCell, EvalRow, EvaluationRun, cells_of
+
+__all__ = [  # the tasks, and what the evaluate flow reads of desched.bench through this module
+    "EvalCell", "EvaluationRun", "aggregate_cells", "cells_of", "evaluate_cell", "publish_evaluation",
+    "write_evaluation",
+]
 
 
-@task(name="evaluate-cell", retries=1, cache_policy=NONE, tags=["simulation"])
+def _cell_key(ctx: TaskRunContext, inputs: dict[str, Any]) -> str:
+    """A cell's cache key: its inputs, with a trace given as a file by the file's SHA-256
+    (a scenario name, with its parameters, is its own content)."""
+    trace = str(inputs["trace"])
+    path = Path(trace.split("?", 1)[0])
+    content = file_sha256(path) if path.is_file() else trace
+    return hashlib.sha256(json.dumps(
+        [content, trace, inputs["policy"], inputs["seed"], inputs["workers"],
+         inputs.get("window_s")], default=str).encode()).hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+CELL_INPUTS = CacheKeyFnPolicy(cache_key_fn=_cell_key)
+"""What a cell's result is a function of: its trace's content, policy, seed, workers and
+window (``_cell_key``); with ``TASK_SOURCE``, an edited task computes afresh."""
+
+
+@task(name="evaluate-cell", retries=1, cache_policy=CELL_INPUTS + TASK_SOURCE,
+      tags=["simulation"])
 def evaluate_cell(
     trace: str, policy: str, seed: int, workers: int, window_s: float | None = None
 ) -> EvalCell:
-    """One (trace, policy, seed) simulation and its summary (``evaluate.run_cell``)."""
+    """One (trace, policy, seed) simulation and its summary (``evaluate.run_cell``): a pure
+    function of its inputs, so cached on them (``CELL_INPUTS``; the simulator is
+    deterministic for a seed)."""
     return evaluate.run_cell(trace, policy, seed, workers, window_s)
 
 

@@ -6,19 +6,28 @@ one flow run, so these tasks skip input hashing and caching.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from prefect import task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import (
+    create_link_artifact,
+    create_markdown_artifact,
+    create_table_artifact,
+)
 from prefect.cache_policies import NONE
 
 from desched.bench import tuning
-from desched.bench.learning import Cell, LearnerResult, Mapper, serial_map
-from desched.bench.tuning import Judgement, TuneSettings
+from desched.bench.learning import Cell, Learner, LearnerResult, Mapper, Objective, serial_map
+from desched.bench.tuning import Judgement, TuneSettings, TuningRun
 from desched.bench.weights import WeightsCard
+
+__all__ = [  # the tasks, and what the tune flows read of desched.bench through this module
+    "Cell", "Judgement", "Learner", "LearnerResult", "Objective", "TuneSettings", "TuningRun", "WeightsCard",
+    "judge_heldout", "learn_weights", "publish_tuning", "runner_map", "save_weights",
+    "split_traces", "tune_with_runner_map",
+]
 
 
 @task(name="simulate", cache_policy=NONE, tags=["simulation"])
@@ -32,6 +41,18 @@ def runner_map(fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]) -> list[
     run per call, submitted at once, results in order."""
     futures = [call.submit(fn, a) for a in args]
     return [f.result() for f in futures]
+
+
+def tune_with_runner_map(
+    settings: TuneSettings,
+) -> tuple[list[Cell], list[Cell], LearnerResult, Judgement]:
+    """Split, learn and judge with every simulation one task run on the calling flow's task
+    runner (``runner_map``); called from a flow, not a task, so the runs land on its runner."""
+    train, heldout = tuning.split(settings, runner_map)
+    learned = tuning.learn(settings, train, runner_map)
+    verdict = tuning.judge(heldout, tuning.candidates_of(learned, settings.reference),
+                           settings.workers, settings.objective, settings.windows, runner_map)
+    return train, heldout, learned, verdict
 
 
 @task(cache_policy=NONE, tags=["simulation"])
@@ -74,12 +95,11 @@ def save_weights(
 def publish_tuning(card: WeightsCard, out: str) -> None:
     """The verdict (markdown, with the learning curve embedded) and two tables: the learning
     curve and the held-out results per workload."""
-    png = Path(out) / "learning-curve.png"
-    image = ""
+    png = (Path(out) / "learning-curve.png").resolve()
     if png.is_file():
-        data = base64.b64encode(png.read_bytes()).decode()
-        image = f"\n![learning curve](data:image/png;base64,{data})\n"
-    create_markdown_artifact(markdown=tuning.verdict_markdown(card) + image,
+        create_link_artifact(key="tune-weights-learning-curve-png", link=png.as_uri(),
+                             link_text=str(png), description=f"Learning curve of {card.name}")
+    create_markdown_artifact(markdown=tuning.verdict_markdown(card),
                              key="tune-weights-verdict",
                              description=f"Held-out verdict of {card.name}")
     create_table_artifact(table=[{k: (round(v, 5) if isinstance(v, float) else v)

@@ -104,26 +104,24 @@ def gap_closed_pct(baseline: float, candidate: float, reference: float) -> float
     return 100.0 * (baseline - candidate) / gap
 
 
-def _figures(summary: RunSummary, small: Sequence[str]) -> dict[str, Any]:
-    drift = summary.drift()
-    return {
-        "mean_response_s": summary.mean_response_s,
-        "p99_response_s": summary.p99_response_s,
-        "mean_wait_s": summary.mean_wait_s,
-        "mean_bounded_slowdown": summary.mean_bounded_slowdown,
-        "jain_slowdown": summary.jain_slowdown,
-        "window_jain_min": drift.window_jain_min,
-        "window_jain_mean": drift.window_jain_mean,
-        "max_service_lag_s": summary.max_service_lag_s,
-        "window_lag_mean_s": drift.window_lag_mean_s,
-        "small_tenants_mean_wait_s": tenants_mean_wait(summary, small),
-        "utilization": summary.utilization,
-    }
-
-
 def headline(summary: RunSummary, small: Sequence[str]) -> Headline:
     """The figures a policy row of the report shows, from a run summary."""
-    return Headline(**_figures(summary, small))
+    drift = summary.drift()
+    return Headline(
+        mean_response_s=summary.mean_response_s,
+        p99_response_s=summary.p99_response_s,
+        mean_wait_s=summary.mean_wait_s,
+        mean_bounded_slowdown=summary.mean_bounded_slowdown,
+        jain_slowdown=summary.jain_slowdown,
+        window_jain_min=drift.window_jain_min,
+        window_jain_mean=drift.window_jain_mean,
+        max_service_lag_s=summary.max_service_lag_s,
+        window_lag_mean_s=drift.window_lag_mean_s,
+        jain_windows=drift.jain_windows,
+        lag_windows=drift.lag_windows,
+        small_tenants_mean_wait_s=tenants_mean_wait(summary, small),
+        utilization=summary.utilization,
+    )
 
 
 def _num(x: float | None) -> float:
@@ -269,15 +267,16 @@ def q3_workload(train: PredictorResult, sims: HeldoutRuns, baseline: str) -> Q3W
     the held-out part, and the tenants that ranking on predictions helps or hurts."""
     base = sims.runs[baseline].summary
     small = small_tenants(base)
-    mem = _figures(base, small)
+    mem = headline(base, small)
     policies = {}
     for label, run in sims.runs.items():
-        row = _figures(run.summary, small)
+        row = headline(run.summary, small)
         policies[label] = Q3Row(
-            **row,
-            d_mean_response_pct=pct_change(row["mean_response_s"], mem["mean_response_s"]),
-            d_p99_response_pct=pct_change(row["p99_response_s"], mem["p99_response_s"]),
-            d_jain=row["jain_slowdown"] - mem["jain_slowdown"],
+            **row.model_dump(),
+            d_mean_response_pct=pct_change(_num(row.mean_response_s),
+                                           _num(mem.mean_response_s)),
+            d_p99_response_pct=pct_change(_num(row.p99_response_s), _num(mem.p99_response_s)),
+            d_jain=_num(row.jain_slowdown) - _num(mem.jain_slowdown),
         )
     heldout = train.heldout
     best_baseline = min((k for k in heldout if k != "model"),

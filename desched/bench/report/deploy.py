@@ -1,7 +1,7 @@
 """The report's section "Which policy to deploy", from a deployment judge's results.
 
 ``deploy_section`` turns a ``JudgeResult`` (``desched.bench.judge``: ``desched judge``'s
-``judge.json``) into the report's ``DeploySection``: the four criteria per real log for every
+``judge.json``) into the report's ``DeploySection``: the criteria per real log for every
 judged policy, the no-harm check on the DES scenarios, the judge's recommendation and the
 service's deployed default (``desched.policies.RECOMMENDED``), which the text says agree or
 not. ``markdown_section`` writes the text, ``plot_tenant_harm`` the per-tenant harm plot
@@ -39,6 +39,7 @@ def deploy_section(result: JudgeResult, source: str) -> DeploySection:
             c = v.criteria
             rows.append(DeployRow(
                 workload=v.workload, policy=v.policy, gain=c["gain"].value,
+                frontier_share=c["frontier_share"].value if "frontier_share" in c else None,
                 p99_ratio=c["p99"].value, delta_jain=c["delta_jain"].value,
                 worst_tenant=c["worst_tenant"].value, worst_tenant_name=v.worst_tenant_name,
                 passed=v.passed, criteria=len(c), failed=failed,
@@ -70,6 +71,38 @@ def deploy_section(result: JudgeResult, source: str) -> DeploySection:
         reason=result.recommendation_reason, deployed_default=RECOMMENDED, all_pass=all_pass)
 
 
+def candidate_totals(d: DeploySection) -> dict[str, tuple[int, int]]:
+    """Per judged candidate: criteria passed and criteria judged, over every workload."""
+    totals: dict[str, tuple[int, int]] = {}
+    rows: list[DeployRow | DeployHarmRow] = [*d.rows, *d.harm]
+    for row in rows:
+        if row.policy in d.policies:
+            passed, judged = totals.get(row.policy, (0, 0))
+            totals[row.policy] = (passed + row.passed, judged + row.criteria)
+    return totals
+
+
+def standing(d: DeploySection) -> str:
+    """How the recommendation's count of criteria passed stands among the candidates: "the
+    most of any candidate", "tied for the most with `x`", or which candidates pass more
+    (then the judge's rule, not the count, chose it)."""
+    totals = candidate_totals(d)
+    rec = d.recommendation
+    if rec is None or rec not in totals:
+        return "no count to compare"
+    mine = totals[rec][0]
+    more = sorted((p for p, (n, _) in totals.items() if n > mine), key=lambda p: -totals[p][0])
+    tied = [p for p, (n, _) in totals.items() if n == mine and p != rec]
+    if more:
+        return ("fewer than " + ", ".join(f"`{p}` ({totals[p][0]} of {totals[p][1]})"
+                                          for p in more)
+                + ": the judge's rule, not the count, chose it")
+    if tied:
+        return ("tied for the most with " + ", ".join(f"`{p}`" for p in tied)
+                + f" (also {mine} of {totals[tied[0]][1]})")
+    return "the most of any candidate"
+
+
 def _x(value: float | None) -> str:
     return "-" if value is None else f"{fmt(value, 2)}×"
 
@@ -88,11 +121,15 @@ def markdown_section(d: DeploySection | None, plot: str | None) -> list[str]:
         (f"Judged by `desched judge` (`{d.source}`): per real log, the duration model is "
          "trained on the first part of the log by submit time and the rest is simulated "
          f"at utilisation {fmt(d.load, 2)} against today's `{d.today}` and the clairvoyant "
-         f"`{d.oracle}`. A policy must keep a gain of at least {fmt(th['gain_min'], 1)} of "
-         f"the clairvoyant's, a p99 response of at most {fmt(th['p99_ratio_max'], 1)}× "
-         f"today's, a Jain's index (per-tenant mean bounded slowdown) no lower, and no tenant "
-         f"with {th['min_tenant_tasks']:.0f} tasks or more worse than "
-         f"{fmt(th['worst_tenant_max'], 1)}×; ✗ marks a failed criterion."), "",
+         f"`{d.oracle}`. The three promises: a p99 response of at most "
+         f"{fmt(th['p99_ratio_max'], 2)}× today's, a Jain's index (per-tenant mean bounded "
+         f"slowdown) at least today's {fmt(th['delta_jain_min'], 2, sign=True)}, and no "
+         f"tenant with {th['min_tenant_tasks']:.0f} tasks or more worse than "
+         f"{fmt(th['worst_tenant_max'], 1)}×. The oracle share is the gain over the "
+         f"clairvoyant's (at least {fmt(th['gain_floor'], 1)}); the frontier share the gain "
+         "over the largest gain a clairvoyant policy of the judge's family reaches keeping "
+         f"the promises (target {fmt(th['frontier_share_min'], 1)}); ✗ marks a failed "
+         "criterion."), "",
     ]
 
     def worst(r: DeployRow) -> str:
@@ -100,8 +137,10 @@ def markdown_section(d: DeploySection | None, plot: str | None) -> list[str]:
         return _mark(r, "worst_tenant", _x(r.worst_tenant) + name)
 
     lines += table_lines(
-        ["log", "policy", "gain", "p99 vs today", "Δ Jain", "worst tenant", "passed"],
+        ["log", "policy", "oracle share", "frontier share", "p99 vs today", "Δ Jain",
+         "worst tenant", "passed"],
         [[f"`{r.workload}`", f"`{r.policy}`", _mark(r, "gain", fmt(r.gain, 2)),
+          _mark(r, "frontier_share", fmt(r.frontier_share, 2)),
           _mark(r, "p99", _x(r.p99_ratio)),
           _mark(r, "delta_jain", fmt(r.delta_jain, 3, sign=True)), worst(r),
           f"{r.passed} of {r.criteria}"] for r in d.rows])
@@ -124,9 +163,9 @@ def markdown_section(d: DeploySection | None, plot: str | None) -> list[str]:
     passing = ", ".join(f"`{p}`" for p in d.all_pass) or "no candidate"
     lines += ["", f"Every criterion on every workload: {passing}.", "",
               (f"**Recommendation: `{rec}`**, which passes {d.recommendation_passed} of "
-               f"{d.recommendation_criteria} criteria over all workloads, the most of any "
-               "candidate." if rec else
-               "**No recommendation**: no candidate was judged."),
+               f"{d.recommendation_criteria} criteria over all workloads, {standing(d)} (the "
+               "rule: promises first, then the highest smallest frontier share)." if rec else
+               "**No recommendation**: no candidate clears the rule."),
               (f"The service's default with a duration model is `{d.deployed_default}` "
                "(`desched.policies.RECOMMENDED`)"
                + (", the judge's recommendation." if d.deployed_default == rec else
@@ -138,7 +177,17 @@ def markdown_section(d: DeploySection | None, plot: str | None) -> list[str]:
 def plot_tenant_harm(d: DeploySection, out: Path) -> Path:
     """Per real log: each tenant's (>= the judge's tenant floor of tasks) mean bounded
     slowdown under every judged policy over today's, sorted, on a log scale; the judge's
-    2× bound dashed."""
+    2× bound dashed. One legend names every line, both bounds included."""
+    import matplotlib.pyplot as plt
+
+    fig = tenant_harm_figure(d)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def tenant_harm_figure(d: DeploySection) -> Any:
+    """The figure of ``plot_tenant_harm``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -163,8 +212,10 @@ def plot_tenant_harm(d: DeploySection, out: Path) -> Path:
             else:
                 style.update(color=f"C{i}")
             ax.plot(range(1, len(ratios) + 1), ratios, label=p, **style)
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.axhline(d.thresholds["worst_tenant_max"], color="C3", lw=0.8, ls="--")
+        ax.axhline(1.0, color="k", lw=0.8, label=f"as under {d.today} (1×)")
+        bound = d.thresholds["worst_tenant_max"]
+        ax.axhline(bound, color="C3", lw=0.8, ls="--",
+                   label=f"the judge's bound ({fmt(bound, 1)}×)")
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
         ax.yaxis.set_minor_formatter(NullFormatter())
@@ -174,13 +225,17 @@ def plot_tenant_harm(d: DeploySection, out: Path) -> Path:
         ax.grid(alpha=0.3)
     for k in range(len(logs), nrows * cols):
         axes[k // cols, k % cols].axis("off")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8,
+    named: dict[str, Any] = {}  # every line of every panel, once: policies, then both bounds
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            named.setdefault(label, handle)
+    ncol = min(len(named), 4)
+    fig.legend(list(named.values()), list(named), loc="lower center", ncol=ncol, fontsize=8,
                frameon=False)
-    fig.tight_layout(rect=(0, 0.07 if nrows == 1 else 0.04, 1, 1))
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    legend_rows = -(-len(named) // max(ncol, 1))
+    fig.tight_layout(rect=(0, min(0.4, (0.045 if nrows == 1 else 0.025) * legend_rows + 0.02),
+                           1, 1))
+    return fig
 
 
 def judge_for_report(workloads: Sequence[tuple[str, Path, int | None]],

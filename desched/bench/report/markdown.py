@@ -1,23 +1,37 @@
 """``report.md`` from ``report.json`` (``Report``) alone: every number it states is formatted
 from a number of the record, which ``numbers.unmatched_numbers`` checks.
 
-The text is a sequence of sections (``SECTIONS``), each a function of the report; the
-headline findings are ``FINDINGS``, one function per question. A new section is a field of
-``Report``, a function here and a line in each tuple.
+The text is a sequence of sections (``SECTIONS``), each a function of the report: first the
+page of answers (``answers``: one sentence and one figure per question), then the appendix of
+evidence, opening with the findings per workload (``FINDINGS``, one function per question).
+A new section is a field of ``Report``, a function here and a line in each tuple.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
+from desched.bench.report.answers import QUIET_PCT, answers_section
 from desched.bench.report.deploy import markdown_section
-from desched.bench.report.numbers import fmt, fmt_ci, pct
+from desched.bench.report.numbers import MIN_INTERVAL_N, fmt, fmt_ci, has_interval, pct
 from desched.bench.report.records import Report
 from desched.tables import table_lines
+
+FEW_WINDOWS = 5
+"""A windowed figure resting on fewer windows says how many."""
 
 
 def _table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     return table_lines(head, rows)
+
+
+def _over_windows(text: str, windows: int | None) -> str:
+    """A windowed figure, with how many windows it rests on when they are few."""
+    if windows is None or windows >= FEW_WINDOWS:
+        return text
+    if windows == 0:
+        return "- (no window qualified)"
+    return f"{text} ({windows} window{'' if windows == 1 else 's'})"
 
 
 def _gap(x: float | None) -> str:
@@ -53,9 +67,10 @@ def q2_findings(r: Report) -> list[str]:
     for name, le in r.q2.learners.items():
         o = le.overall["learned"]
         out.append(
-            f"**Q2, {name}:** learned weights give J = {fmt_ci(o.J, 3)} on "
+            f"**Q2, {name}:** learned weights give J = {fmt_ci(o.J, 3, n=o.J.n)} on "
             f"{le.heldout_traces} held-out traces (today's = {fmt(1.0, 0)}), "
-            f"bounded slowdown {fmt_ci(o.d_bsld_pct, 1)} %: **{o.verdict}**.")
+            f"bounded slowdown {fmt_ci(o.d_bsld_pct, 1, n=o.d_bsld_pct.n)} %: "
+            f"**{o.verdict}**.")
     return out
 
 
@@ -67,6 +82,13 @@ def q3_findings(r: Report) -> list[str]:
         pol = b.policies
         focus = [x for x in r.q3.focus if x in pol]
         if not focus:
+            continue
+        moves = [abs(x.d_mean_response_pct) for x in pol.values()
+                 if x.d_mean_response_pct is not None]
+        if not moves or max(moves) < QUIET_PCT:
+            out.append(f"**Q3, {w}:** no policy moves mean response time by "
+                       f"{fmt(QUIET_PCT, 0)} % on this held-out part: nothing queues long "
+                       "enough for ranking to matter, so it says nothing about Q3.")
             continue
         best = min(focus, key=lambda x: pol[x].mean_response_s or 0.0)
         against = " and ".join(f"{fmt(pol[x].mean_response_s)} s (`{x}`)"
@@ -92,9 +114,20 @@ def title_section(r: Report) -> list[str]:
         (f"Mode **{r.mode}**, created `{r.created}`; the demo ran for "
          f"{fmt(t.total_s, 0)} s (load average at the end "
          f"{', '.join(fmt(x, 2) for x in t.load_average)} on {fmt(t.cpus, 0)} CPUs). "
-         "Every number here is in `report.json`."),
+         "The answers come first, one sentence and one figure each; the evidence follows in "
+         "the appendix. Every number here is in `report.json`."),
         "",
-        "## Headline findings",
+        *answers_section(r),
+    ]
+
+
+def findings_section(r: Report) -> list[str]:
+    return [
+        "---",
+        "",
+        "# Appendix: the evidence",
+        "",
+        "## Findings per workload",
         "",
         *[f"- {f}" for findings in FINDINGS for f in findings(r)],
         "",
@@ -144,7 +177,10 @@ def q1_section(r: Report) -> list[str]:
         ("Small tenants: those below the fair share of service. Gap closed: "
          f"`(m_{q1.baseline} - m_{q1.candidate}) / (m_{q1.baseline} - m_{q1.reference})`, "
          "for the max service lag and for the small tenants' mean wait; cost: the change of "
-         f"mean response time of `{q1.candidate}`."),
+         f"mean response time of `{q1.candidate}`. Window figures: the minimum windowed Jain's "
+         "index is over windows with submissions, the mean window lag over windows in which "
+         "two tenants or more were backlogged throughout; a figure resting on few windows "
+         "says how many."),
         "",
     ]
     head = ["policy", "mean resp s", "p99 resp s", "small tenants' wait s", "Jain",
@@ -154,8 +190,9 @@ def q1_section(r: Report) -> list[str]:
                    f"{fmt(b.tenants_n, 0)})"), ""]
         lines += _table(head, ([p, fmt(x.mean_response_s), fmt(x.p99_response_s),
                                 fmt(x.small_tenants_mean_wait_s), fmt(x.jain_slowdown, 3),
-                                fmt(x.window_jain_min, 3), fmt(x.max_service_lag_s),
-                                fmt(x.window_lag_mean_s)]
+                                _over_windows(fmt(x.window_jain_min, 3), x.jain_windows),
+                                fmt(x.max_service_lag_s),
+                                _over_windows(fmt(x.window_lag_mean_s), x.lag_windows)]
                                for p, x in b.policies.items()))
         lines += ["", f"![Q1 {w}]({r.plots.q1[w]})", ""]
     lines += ["### Gap closed and cost, per workload", ""]
@@ -170,15 +207,22 @@ def q1_section(r: Report) -> list[str]:
          for w, b in q1.workloads.items()))
     seeds = q1.over_seeds
     if seeds:
-        lines += ["", "### Over seeds", "",
-                  (f"Mean ± half-width of the {fmt(r.confidence_pct, 0)} % t-interval over "
-                   "regenerated scenarios and disjoint slices of the logs (smaller traces)."), ""]
+        fewest = min(len(sb.seeds) for sb in seeds.values())
+        how = (f"Mean ± half-width of the {fmt(r.confidence_pct, 0)} % t-interval over "
+               "regenerated scenarios and disjoint slices of the logs (smaller traces)."
+               if has_interval(fewest) else
+               ("Means over regenerated scenarios and disjoint slices of the logs (smaller "
+                "traces); no interval where a workload has fewer than "
+                f"{fmt(MIN_INTERVAL_N, 0)} seeds."))
+        lines += ["", "### Over seeds", "", how, ""]
         rows = []
         for w, sb in seeds.items():
+            n = len(sb.seeds)
             for p, m in sb.policies.items():
-                rows.append([w, p, fmt(len(sb.seeds), 0), fmt_ci(m.mean_response_s),
-                             fmt_ci(m.jain_slowdown, 3), fmt_ci(m.window_jain_min, 3),
-                             fmt_ci(m.max_service_lag_s)])
+                rows.append([w, p, fmt(n, 0), fmt_ci(m.mean_response_s, n=n),
+                             fmt_ci(m.jain_slowdown, 3, n=n),
+                             fmt_ci(m.window_jain_min, 3, n=n),
+                             fmt_ci(m.max_service_lag_s, n=n)])
         lines += _table(["workload", "policy", "seeds", "mean resp s", "Jain",
                          "min window Jain", "max lag s"], rows)
         gaps = [[w, _gap(sb.gap_closed_pct["max_service_lag"]),
@@ -196,7 +240,9 @@ def q2_section(r: Report) -> list[str]:
     lines = ["## Q2: learned weights against " + _weights(r, " / "), "",
              (f"Objective: `{q2.objective.text}`. Held-out traces were never trained on "
               "(other seeds of the scenarios, later slices of the LANL log, slices of the "
-              "Atlas log). Verdict `beats` when the interval of J lies below today's."), ""]
+              "Atlas log). Verdict `beats` when the interval of J lies below today's; "
+              f"intervals ({fmt(r.confidence_pct, 0)} %) are shown over "
+              f"{fmt(MIN_INTERVAL_N, 0)} traces or more."), ""]
     for name, le in q2.learners.items():
         w = ", ".join(f"{k} = {fmt(v, 3)}" for k, v in le.weights.items())
         lines += [f"### {name}", "",
@@ -207,8 +253,9 @@ def q2_section(r: Report) -> list[str]:
         rows = []
         for wl, per in {**le.heldout, "all held-out": le.overall}.items():
             for cand, s in per.items():
-                rows.append([wl, cand, fmt(s.seeds, 0), fmt_ci(s.J, 3),
-                             fmt_ci(s.d_bsld_pct, 1), fmt_ci(s.d_jain, 3), s.verdict])
+                rows.append([wl, cand, fmt(s.seeds, 0), fmt_ci(s.J, 3, n=s.J.n),
+                             fmt_ci(s.d_bsld_pct, 1, n=s.d_bsld_pct.n),
+                             fmt_ci(s.d_jain, 3, n=s.d_jain.n), s.verdict])
         lines += _table(["held-out workload", "candidate", "traces", "J", "Δ bsld %",
                          "Δ Jain", "verdict"], rows)
         lines += [""]
@@ -290,7 +337,7 @@ def rerun_section(r: Report) -> list[str]:
 
 
 SECTIONS: tuple[Callable[[Report], list[str]], ...] = (
-    title_section, workloads_section, q1_section, q2_section, q3_section, pareto_section,
+    title_section, findings_section, workloads_section, q1_section, q2_section, q3_section, pareto_section,
     deploy_section, rerun_section,
 )
 

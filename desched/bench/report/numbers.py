@@ -50,12 +50,22 @@ def fmt(x: float | None, digits: int | None = None, sign: bool = False) -> str:
     return text
 
 
-def fmt_ci(ci: MeanHalf | None, digits: int | None = None) -> str:
-    """``mean ± half`` (just the mean when there is no interval); ``-`` for none."""
+MIN_INTERVAL_N = 3
+"""The fewest values (seeds, traces) an interval is shown over; below it, the mean alone."""
+
+
+def has_interval(n: int | None) -> bool:
+    """Whether an interval over ``n`` values is shown (None: the caller knows it is)."""
+    return n is None or n >= MIN_INTERVAL_N
+
+
+def fmt_ci(ci: MeanHalf | None, digits: int | None = None, n: int | None = None) -> str:
+    """``mean ± half`` (just the mean when there is no interval, or when it rests on ``n`` <
+    ``MIN_INTERVAL_N`` values); ``-`` for none."""
     if ci is None:
         return "-"
     half = ci.half
-    if half is None or not math.isfinite(half):
+    if half is None or not math.isfinite(half) or not has_interval(n):
         return fmt(ci.mean, digits)
     return f"{fmt(ci.mean, digits)} ± {fmt(half, digits)}"
 

@@ -91,14 +91,19 @@ def plot_q1(dirs: dict[str, str], q1: Q1Workload, baseline: str, title: str, out
     axes[0, 0].legend(fontsize=7, ncol=2, title="tenant", title_fontsize=7)
     ax_j, ax_l = axes[2, 0], axes[2, 1] if len(frames) > 1 else axes[2, 0]
     # policies get colours the tenants above do not use, so no colour means two things
+    qualified = 0
     for i, (policy, d) in enumerate(dirs.items()):
         ws = read_summary(d).windows
+        qualified += sum(w.backlogged_tenants >= 2 for w in ws)
         x = [w.start_s / scale for w in ws]
         style = {"color": f"C{len(colors) + i}", "marker": MARKERS[i % len(MARKERS)], "ms": 4}
         ax_j.plot(x, [w.jain_slowdown for w in ws], "-", label=policy, **style)
         ax_l.plot(x, [w.service_lag_s for w in ws], "-", label=policy, **style)
     ax_j.set_ylabel("windowed Jain's index")
     ax_l.set_ylabel("service lag per window (s)")
+    if not qualified:  # a flat zero says nothing unless the reader knows why
+        ax_l.set_title("no window had two tenants backlogged throughout", fontsize=8,
+                       loc="left")
     ax_l.yaxis.set_major_formatter(_thousands())
     for ax in (ax_j, ax_l):
         ax.set_xlabel(f"window start ({unit})")
@@ -120,13 +125,23 @@ def plot_q1(dirs: dict[str, str], q1: Q1Workload, baseline: str, title: str, out
     return out
 
 
+def compact(v: float) -> str:
+    """A tick label that stays short: ``1.6M``, ``240k``, ``4,000``, ``0.05``."""
+    a = abs(v)
+    if a >= 1e6:
+        return f"{v / 1e6:.3g}M"
+    if a >= 1e4:
+        return f"{v / 1e3:.3g}k"
+    return f"{v:,.0f}" if a >= 100 else f"{v:.3g}"
+
+
 def _thousands(minor: bool = False) -> Any:
     from matplotlib.ticker import FuncFormatter
 
     def label(v: float, _: int) -> str:
         if minor and f"{v:.0e}"[0] not in "25":
             return ""
-        return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+        return compact(v)
 
     return FuncFormatter(label)
 
@@ -149,42 +164,69 @@ def plot_learning_curves(learners: dict[str, Q2Learner], reference: str, out: Pa
     return out
 
 
-def plot_q3_tenants(q3: Q3Section, sims: dict[str, HeldoutRuns], out: Path) -> Path:
-    """Per Q3 workload: each tenant's mean slowdown under a predicted-duration policy over
-    that under the baseline, against the tenant's mean task duration."""
-    plt = _plt()
-    workloads = list(q3.workloads)
-    fig, axes = plt.subplots(1, len(workloads), figsize=(4.6 * len(workloads), 3.6),
-                             squeeze=False)
-    for ax, w in zip(axes[0], workloads):
+TenantPoints = dict[str, dict[str, list[tuple[float, float]]]]
+"""Workload -> policy -> (tenant's mean task duration s, mean slowdown over the baseline's)."""
+
+
+def q3_tenant_points(q3: Q3Section, sims: dict[str, HeldoutRuns]) -> TenantPoints:
+    """Per Q3 workload and predicted-duration policy: each tenant's mean task duration and
+    its mean slowdown over that under the baseline (tenants with a positive baseline)."""
+    out: TenantPoints = {}
+    for w in q3.workloads:
         d = sims[w].tenant_durations
         slowdown = {label: {t: m.mean_slowdown for t, m in run.summary.tenants().items()}
                     for label, run in sims[w].runs.items()}
         base = slowdown[q3.baseline]
-        xs: list[float] = []
-        ys: list[float] = [1.0]
-        for i, p in enumerate(q3.focus):
-            if p not in slowdown:
-                continue
-            ts = [t for t in base if t in slowdown[p] and base[t] > 0]
-            xs += [d[t] for t in ts]
-            ys += [slowdown[p][t] / base[t] for t in ts]
-            ax.scatter([d[t] for t in ts], [slowdown[p][t] / base[t] for t in ts], s=10,
-                       alpha=0.7, color=f"C{i}", label=p)
-        ax.axhline(1.0, color="k", lw=0.8, label=f"as under {q3.baseline}")
-        _value_axis(ax, xs, "x")
-        _value_axis(ax, ys, "y")
-        ax.set_xlabel("tenant's mean task duration (s)")
-        ax.set_ylabel(f"mean slowdown / {q3.baseline}'s")
-        ax.set_title(w, fontsize=10, loc="left")
-        ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+        out[w] = {p: [(d[t], slowdown[p][t] / base[t]) for t in base
+                      if t in slowdown[p] and base[t] > 0]
+                  for p in q3.focus if p in slowdown}
     return out
 
 
+def q3_tenants_figure(points: TenantPoints, baseline: str) -> Any:
+    """One panel per workload: each tenant's mean slowdown under a predicted-duration policy
+    over that under ``baseline``, against the tenant's mean task duration; one legend below
+    the panels (every policy and the line of "as under the baseline")."""
+    from matplotlib.lines import Line2D
+
+    plt = _plt()
+    workloads = list(points)
+    fig, axes = plt.subplots(1, len(workloads), figsize=(4.8 * len(workloads), 3.9),
+                             squeeze=False)
+    policies = list(dict.fromkeys(p for per in points.values() for p in per))
+    for ax, w in zip(axes[0], workloads):
+        xs: list[float] = []
+        ys: list[float] = [1.0]
+        for i, p in enumerate(policies):
+            pts = points[w].get(p, [])
+            xs += [x for x, _ in pts]
+            ys += [y for _, y in pts]
+            ax.scatter([x for x, _ in pts], [y for _, y in pts], s=10, alpha=0.7,
+                       color=f"C{i}", marker=MARKERS[i % len(MARKERS)])
+        ax.axhline(1.0, color="k", lw=0.8)
+        _value_axis(ax, xs, "x")
+        _value_axis(ax, ys, "y")
+        ax.set_xlabel("tenant's mean task duration (s)")
+        ax.set_ylabel(f"mean slowdown / {baseline}'s")
+        ax.set_title(w, fontsize=10, loc="left")
+        ax.grid(alpha=0.3)
+    handles = [Line2D([], [], linestyle="none", marker=MARKERS[i % len(MARKERS)], markersize=6,
+                      color=f"C{i}", label=p) for i, p in enumerate(policies)]
+    handles.append(Line2D([], [], color="k", lw=0.8, label=f"as under {baseline}"))
+    ncol = max(1, min(len(handles), int(fig.get_figwidth() / 2.2)))
+    fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+    rows_of_legend = -(-len(handles) // ncol)
+    fig.tight_layout(rect=(0, min(0.4, 0.06 * rows_of_legend + 0.02), 1, 1))
+    return fig
+
+
+def plot_q3_tenants(q3: Q3Section, sims: dict[str, HeldoutRuns], out: Path) -> Path:
+    """The per-tenant plot of Q3 (``q3_tenants_figure``) as a PNG."""
+    plt = _plt()
+    fig = q3_tenants_figure(q3_tenant_points(q3, sims), q3.baseline)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
 
 
 def _policy_styles(policies: Sequence[str], clairvoyant: set[str]) -> dict[str, dict[str, Any]]:
@@ -199,15 +241,20 @@ def _policy_styles(policies: Sequence[str], clairvoyant: set[str]) -> dict[str, 
 
 
 def _value_axis(ax: Any, values: Sequence[float], axis: str) -> None:
-    """Log scale with ticks at 1, 2 and 5 per decade when ``values`` span more than 5x,
-    else linear; labelled in plain numbers either way."""
+    """Log scale when ``values`` span more than 5x, else linear, labelled in short plain
+    numbers either way. A log axis has ticks at 1, 2 and 5 per decade over at most two
+    decades, 1 and 3 up to four, else one per decade, so labels never crowd."""
+    import math
+
     from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter
 
     positive = [v for v in values if v > 0]
     which = ax.yaxis if axis == "y" else ax.xaxis
     if positive and max(positive) / min(positive) > 5:
         (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
-        which.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        decades = math.log10(max(positive) / min(positive))
+        subs = (1.0, 2.0, 5.0) if decades <= 2 else (1.0, 3.0) if decades <= 4 else (1.0,)
+        which.set_major_locator(LogLocator(base=10, subs=subs))
         which.set_minor_formatter(NullFormatter())
     else:
         which.set_major_locator(MaxNLocator(5))
@@ -221,7 +268,7 @@ def _lag_axis(ax: Any, lags: Sequence[float]) -> None:
 
     top = max(lags, default=0.0)
     ax.set_xlim(-0.04 * top if top > 0 else -0.5, top * 1.06 if top > 0 else 10.0)
-    ax.xaxis.set_major_locator(MaxNLocator(5))
+    ax.xaxis.set_major_locator(MaxNLocator(4))
     ax.xaxis.set_major_formatter(_thousands())
 
 

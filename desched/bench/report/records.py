@@ -66,6 +66,10 @@ class Headline(ReportRecord):
     window_jain_mean: Num
     max_service_lag_s: Num
     window_lag_mean_s: Num
+    jain_windows: int | None = None
+    """How many windows the windowed Jain's figures rest on (None: not recorded)."""
+    lag_windows: int | None = None
+    """How many windows (two tenants or more backlogged throughout) the mean lag rests on."""
     small_tenants_mean_wait_s: Num
     utilization: Num
 
@@ -307,8 +311,9 @@ class Timing(ReportRecord):
 
 
 class DeployRow(ReportRecord):
-    """One policy on one real log of the deployment judge: its four criteria (gain, p99
-    ratio, Δ Jain, worst-tenant ratio), which failed, and every tenant's ratio (the plot)."""
+    """One policy on one real log of the deployment judge: its criteria (oracle share, frontier
+    share, p99 ratio, Δ Jain, worst-tenant ratio), which failed, and every tenant's ratio (the
+    plot)."""
 
     workload: str
     policy: str
@@ -317,6 +322,8 @@ class DeployRow(ReportRecord):
     delta_jain: Num
     worst_tenant: Num
     worst_tenant_name: str | None
+    frontier_share: Num = None
+    """The gain over the log's clairvoyant frontier gain (``desched.bench.frontier``)."""
     passed: int
     criteria: int
     failed: list[str]

@@ -1,4 +1,5 @@
-"""The report's files: ``report.json``, ``report.md`` and the plots, written together."""
+"""The report's files: ``report.json``, ``report.md``, ``report.html`` and the plots, written
+together in one folder (the pages link to the PNGs beside them)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 from pathlib import Path
 
 from desched.bench.report.deploy import plot_tenant_harm
+from desched.bench.report.html import write_html
 from desched.bench.report.inputs import HeldoutRuns
 from desched.bench.report.markdown import render_markdown
 from desched.bench.report.numbers import unmatched_numbers
@@ -23,9 +25,9 @@ from desched.errors import DeschedError
 
 def write_report(report: Report, q1_dirs: dict[str, dict[str, str]], out_dir: str | Path,
                  q3_sims: dict[str, HeldoutRuns] | None = None) -> Path:
-    """Write ``report.json``, ``report.md`` and the plots (Q1's from the run folders
-    ``q1_dirs``: workload -> policy -> folder); refuse a text that states a number the JSON
-    lacks. Returns the folder."""
+    """Write ``report.json``, ``report.md``, ``report.html`` and the plots beside them (Q1's
+    from the run folders ``q1_dirs``: workload -> policy -> folder); refuse a text that
+    states a number the JSON lacks. Returns the folder."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     plots = report.plots
@@ -48,6 +50,7 @@ def write_report(report: Report, q1_dirs: dict[str, dict[str, str]], out_dir: st
                            f"{', '.join(missing[:10])}")
     (out / "report.json").write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
     (out / "report.md").write_text(text)
+    write_html(out, text, f"desched report {report.run}")
     return out
 
 

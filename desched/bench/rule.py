@@ -1,0 +1,121 @@
+"""The recommendation rule of the deployment judge, written down before the run (issue 19).
+
+Among the candidates (never today's scorer, never a clairvoyant policy or point):
+
+1. **Gain floor.** A candidate whose gain is below ``gain_floor`` (0.1) of the oracle's on any
+   judged log where the frontier gain reaches the floor is never recommended (on a log where
+   no clairvoyant policy of the family gains 0.1 safely, the floor would contradict the
+   promises, so it is not applied there).
+2. **Promises first.** The most workloads where every promise holds (a log: the three
+   promises of ``desched.bench.frontier``; a DES scenario: no harm to mean response, Jain's
+   index, max service lag), then the most promise criteria kept in all.
+3. **Then the frontier share.** The highest *smallest* frontier share over the logs where it
+   is defined (issue 19's target is a share ≥ 0.8 on every log).
+4. **Ties are ties.** Candidates equal on step 2 whose smallest shares differ by at most
+   ``share_tie`` (0.01) are tied; the result lists them all. The one named as the
+   recommendation (the service needs one) is the tied candidate with the highest mean share,
+   then the first in the candidates' order, and the reason says it is a tie.
+
+No candidate past the floor: no recommendation (the service then keeps today's scorer).
+The same ranking (``rank_key``) chooses a leave-one-log-out grid point
+(``desched.bench.lolo``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from desched.bench.verdicts import PROMISES, Thresholds, Verdict, promise_checks
+from desched.records import Record
+
+__all__ = ["PROMISES", "Standing", "promise_checks", "rank_key", "recommend", "standing", "tied"]
+
+
+class Standing(Record):
+    """One candidate's figures under the rule (module docstring)."""
+
+    spec: str
+    workloads: int
+    all_kept: int
+    promises_kept: int
+    promises: int
+    min_share: float | None
+    mean_share: float | None
+    below_floor: list[str]
+
+    @property
+    def eligible(self) -> bool:
+        return not self.below_floor
+
+
+def standing(spec: str, verdicts: Sequence[Verdict], th: Thresholds) -> Standing:
+    """The figures of candidate ``spec`` over its ``verdicts`` (others are ignored)."""
+    mine = [v for v in verdicts if v.policy == spec]
+    checks = [promise_checks(v) for v in mine]
+    shares = [s for v in mine if v.kind == "log"
+              and (s := v.criteria["frontier_share"].value) is not None]
+    below = [v.workload for v in mine if v.kind == "log"
+             and (gain := v.criteria["gain"].value) is not None and gain < th.gain_floor
+             and (v.frontier_gain is None or v.frontier_gain >= th.gain_floor)]
+    return Standing(spec=spec, workloads=len(mine), all_kept=sum(all(c) for c in checks),
+                    promises_kept=sum(sum(c) for c in checks),
+                    promises=sum(len(c) for c in checks),
+                    min_share=min(shares) if shares else None,
+                    mean_share=sum(shares) / len(shares) if shares else None,
+                    below_floor=below)
+
+
+def rank_key(s: Standing) -> tuple[int, int, float]:
+    """Larger is better: workloads with every promise kept, promises kept, smallest share."""
+    return (s.all_kept, s.promises_kept, -math.inf if s.min_share is None else s.min_share)
+
+
+def tied(a: Standing, b: Standing, th: Thresholds) -> bool:
+    """Whether ``a`` and ``b`` are tied under the rule (step 4)."""
+    if rank_key(a)[:2] != rank_key(b)[:2]:
+        return False
+    if a.min_share is None or b.min_share is None:
+        return a.min_share is None and b.min_share is None
+    return abs(a.min_share - b.min_share) <= th.share_tie + 1e-12
+
+
+def _share(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def recommend(verdicts: Sequence[Verdict], candidates: Sequence[str], th: Thresholds,
+              ) -> tuple[str | None, list[str], str, list[Standing]]:
+    """The rule of the module docstring: the recommendation (or ``None``), every candidate
+    tied with it (itself included; one element when there is no tie), the reason, and every
+    candidate's standing, best first (candidates below the floor last)."""
+    from desched.bench.roles import clairvoyant
+    from desched.policies import WITHOUT_PREDICTION
+
+    order = {spec: i for i, spec in enumerate(candidates)}
+    rows = [standing(spec, verdicts, th) for spec in candidates
+            if spec.partition("?")[0] != WITHOUT_PREDICTION
+            and not clairvoyant(spec.partition("?")[0])
+            and any(v.policy == spec for v in verdicts)]
+    if not rows:
+        return None, [], "no candidate policy was judged", []
+    rows.sort(key=lambda s: (not s.eligible, tuple(-x for x in rank_key(s)),
+                             -(s.mean_share if s.mean_share is not None else -math.inf),
+                             order[s.spec]))
+    eligible = [s for s in rows if s.eligible]
+    if not eligible:
+        worst = ", ".join(f"{s.spec} ({', '.join(s.below_floor)})" for s in rows)
+        return None, [], (f"every candidate gains less than {th.gain_floor} of the oracle's "
+                          f"gain on some log: {worst}"), rows
+    tie = [s for s in eligible if tied(s, eligible[0], th)]
+    best = min(tie, key=lambda s: (-(s.mean_share if s.mean_share is not None else -math.inf),
+                                   order[s.spec]))
+    group = [s.spec for s in tie]
+    reason = (f"{best.spec} keeps every promise on {best.all_kept} of {best.workloads} "
+              f"workloads ({best.promises_kept} of {best.promises} promises), smallest "
+              f"frontier share {_share(best.min_share)}, mean {_share(best.mean_share)}")
+    if len(group) > 1:
+        others = ", ".join(g for g in group if g != best.spec)
+        reason += (f"; TIE with {others} (same promises, smallest shares within "
+                   f"{th.share_tie}): named first by the higher mean share")
+    return best.spec, group, reason, rows

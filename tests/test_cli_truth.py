@@ -1,0 +1,190 @@
+"""A command line that tells the truth about time and data: SWF logs read where traces are,
+a used run folder refused without --force, empty listings that say so, progress with an
+estimate of time left only on a terminal, a wrong Dask address refused at once; and the
+typed, single-sourced names the other layers read (today's scorer, the test tools' extra)."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from desched.cli import cli
+from desched.today import TODAY_SCORER
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def write_swf(path: Path, jobs: int = 60) -> Path:
+    """A small SWF log: three users, one job a minute."""
+    lines = ["; a small log for tests"]
+    for j in range(1, jobs + 1):
+        user = 1 + j % 3
+        run = 30 + 10 * user
+        fields = [j, 60 * j, 0, run, 1, -1, -1, 1, 2 * run, -1, 1, user, 1, user, 1, -1, -1, -1]
+        lines.append(" ".join(str(f) for f in fields))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_simulate_reads_an_swf_log_directly_as_judge_and_train_do(tmp_path: Path) -> None:
+    log = write_swf(tmp_path / "small.swf")
+    code, out, err = invoke("simulate", "--trace", str(log), "--policy", "fifo",
+                            "--workers", "2", "--out", str(tmp_path / "run"))
+    assert code == 0, err
+    assert out.startswith(f"{tmp_path / 'run'}: 60 tasks")
+    assert (tmp_path / "run" / "summary.json").is_file()
+
+
+def test_compare_reads_an_swf_log_directly(tmp_path: Path) -> None:
+    log = write_swf(tmp_path / "small.swf")
+    code, out, err = invoke("compare", "--trace", str(log), "--policies", "fifo,vtc",
+                            "--workers", "2", "--out", str(tmp_path / "cmp"))
+    assert code == 0, err
+    assert "| fifo" in out and "| vtc" in out
+
+
+def test_simulate_refuses_a_run_folder_that_holds_files_unless_forced(tmp_path: Path) -> None:
+    log = write_swf(tmp_path / "small.swf")
+    out_dir = tmp_path / "run"
+    out_dir.mkdir()
+    (out_dir / "summary.json").write_text("{}")
+    args = ["simulate", "--trace", str(log), "--policy", "fifo", "--workers", "2",
+            "--out", str(out_dir)]
+    code, out, err = invoke(*args)
+    assert code == 2 and out == ""
+    assert err.strip() == (f"error: --out {out_dir}: folder is not empty (give --force to "
+                           "write over it, or another folder)")
+    assert (out_dir / "summary.json").read_text() == "{}"
+    code, out, err = invoke(*args, "--force")
+    assert code == 0, err
+    assert (out_dir / "summary.json").read_text() != "{}"
+
+
+def test_compare_refuses_a_used_folder_before_running_anything(tmp_path: Path) -> None:
+    out_dir = tmp_path / "cmp"
+    out_dir.mkdir()
+    (out_dir / "compare.json").write_text("{}")
+    code, _, err = invoke("compare", "--trace", str(write_swf(tmp_path / "s.swf")),
+                          "--policies", "fifo", "--workers", "2", "--out", str(out_dir))
+    assert code == 2 and "folder is not empty" in err and str(out_dir) in err
+    assert sorted(p.name for p in out_dir.iterdir()) == ["compare.json"]
+
+
+def test_the_demo_refuses_a_run_folder_that_holds_a_run_unless_forced(tmp_path: Path) -> None:
+    (tmp_path / "r1").mkdir()
+    (tmp_path / "r1" / "report.md").write_text("an earlier run")
+    code, out, err = invoke("demo", "--quick", "--out", str(tmp_path), "--run", "r1")
+    assert code == 2 and out == ""
+    assert err.startswith(f"error: --run {tmp_path / 'r1'}: folder is not empty")
+    assert (tmp_path / "r1" / "report.md").read_text() == "an earlier run"
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["tenants", "list"], "no tenants in"),
+    (["workers", "list"], "no workers in"),
+    (["tenants", "controls"], "no tenant controls in"),
+])
+def test_an_empty_listing_says_so_on_stderr_and_leaves_stdout_empty(
+    tmp_path: Path, args: list[str], says: str,
+) -> None:
+    store = tmp_path / "state.db"
+    code, out, err = invoke(*args, "--store", str(store))
+    assert code == 0 and out == ""
+    assert err.startswith(f"{says} {store} (add one: desched ")
+
+
+def test_a_listing_with_rows_prints_them_and_no_empty_notice(tmp_path: Path) -> None:
+    store = tmp_path / "state.db"
+    assert invoke("tenants", "add", "acme", "--store", str(store))[0] == 0
+    code, out, err = invoke("tenants", "list", "--store", str(store))
+    assert code == 0 and out.startswith("acme\t") and "no tenants" not in err
+
+
+def test_progress_bars_stay_quiet_when_stderr_is_not_a_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    from desched.cli.progress import MessageBar, bar
+
+    with bar(10, "work") as shown:
+        shown.update(10)
+    assert capsys.readouterr().err == ""
+    lines = MessageBar(2, "judge")
+    lines("lanl: training on 100 tasks")
+    lines.close()
+    assert re.fullmatch(r"\[\s+\d+ s\] lanl: training on 100 tasks\n", capsys.readouterr().err)
+
+
+def test_progress_on_a_terminal_shows_a_bar_with_the_time_left(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    from desched.cli import progress
+
+    monkeypatch.setattr(progress, "stderr_is_terminal", lambda: True)
+    shown = progress.MessageBar(4, "simulate", per_message=True)
+    for k in range(4):
+        shown(f"lanl: policy {k}")
+    shown.bar.refresh()
+    shown.close()
+    err = capsys.readouterr().err
+    assert "simulate" in err and "4/4" in err
+    assert re.search(r"\d\d:\d\d<\d\d:\d\d", err)  # elapsed<time left
+
+
+def test_the_demo_estimates_the_time_left_from_its_pace_on_the_steps_done() -> None:
+    from desched.bench.demo import STEP_SHARES, time_left_s
+
+    shares = {"a": 1.0, "b": 3.0, "c": 6.0}
+    assert time_left_s(5.0, [], shares) is None
+    assert time_left_s(5.0, ["a"], shares) == pytest.approx(45.0)  # 9 shares at 5 s a share
+    assert time_left_s(20.0, ["a", "b"], shares) == pytest.approx(30.0)
+    assert time_left_s(50.0, ["a", "b", "c"], shares) == 0.0
+    for mode in ("quick", "full"):
+        from desched.flows.demo import STEPS
+
+        assert set(STEP_SHARES[mode]) == set(STEPS)  # type: ignore[index]
+
+
+def test_a_dask_address_that_nothing_answers_on_is_refused_at_once_in_one_line() -> None:
+    from desched.errors import DeschedError
+    from desched.flows.evaluate import check_scheduler
+
+    with pytest.raises(DeschedError) as caught:
+        check_scheduler("tcp://127.0.0.1:1", timeout_s=2.0)
+    assert str(caught.value).startswith("address 'tcp://127.0.0.1:1': no Dask scheduler")
+    assert "\n" not in str(caught.value)
+    with pytest.raises(DeschedError, match="expected tcp://HOST:PORT"):
+        check_scheduler("scheduler")
+
+
+def test_todays_scorer_is_named_once_and_registered_under_that_name() -> None:
+    from desched.policies import REGISTRY, WITHOUT_PREDICTION
+    from desched.policies.ifs_memoryless import IfsMemoryless
+
+    assert REGISTRY[TODAY_SCORER] is IfsMemoryless and WITHOUT_PREDICTION == TODAY_SCORER
+    # a default or a constant written as the string (not in a ``code`` example of a
+    # docstring), rather than read from TODAY_SCORER
+    assigned = re.compile(r"""(?<!`)(=|\(|default=)\s*["']ifs-memoryless["']""")
+    written = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "desched").rglob("*.py")
+                     if assigned.search(p.read_text()))
+    assert written == ["desched/today.py"], written
+
+
+def test_test_tools_are_in_the_dev_extra_only() -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    tools = ("schemathesis", "pytest", "hypothesis")
+    for name, deps in extras.items():
+        named = {re.split(r"[<>=\[ ]", d, maxsplit=1)[0] for d in deps}
+        if name == "dev":
+            assert set(tools) <= named
+        else:
+            assert not named & set(tools), (name, named & set(tools))

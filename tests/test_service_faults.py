@@ -1,0 +1,394 @@
+"""Fault injection beyond SIGKILL: every acknowledged (2xx) task is stored and ends done,
+none is completed twice, and no refusal stored anything.
+
+- SQLite, in this process (fast): the database fills up (``PRAGMA max_page_count`` on the
+  writer's connection) and the database file turns read-only (``chattr +i`` on the file and
+  its WAL: the kernel refuses every write, even root's). Writes get a 503, nothing a client
+  was not acknowledged is stored, memory never runs ahead of the database, and the service
+  serves again once the disk has room or the file is writable.
+- ``desched serve`` processes (slow, e2e): the service paused (SIGSTOP) past its leases and
+  resumed (SIGCONT) with workers still going; PostgreSQL sessions terminated
+  (``pg_terminate_backend``) while the writer is inside a transaction, under load;
+  PostgreSQL restarted under load (a clean ``fast`` stop, and an ``immediate`` one, as a
+  crash, with ``durability=machine``); the high-availability failover while the writer is
+  mid-batch. PostgreSQL tests run on a server of their own (``ThrowawayPostgres``), never
+  the shared one.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.reliability import Audit, ThrowawayPostgres, Traffic, audit, pg_bin, stored_tasks
+from tests.test_service import Service, add_principals, auth, free_port, task
+from tests.test_service_ha import metric
+from tests.test_service_stateful import InProcess
+
+CLEAN = Audit(acknowledged=0, lost=0, not_done=0, completed_twice=0, logged_twice=0,
+              batch_sizes=frozenset({3}))
+
+
+def clean(a: Audit) -> Audit:
+    """``a`` with the acknowledged count of ``CLEAN``: what every run must end with."""
+    return Audit(0, a.lost, a.not_done, a.completed_twice, a.logged_twice, a.batch_sizes)
+
+
+# SQLite, in process ----------------------------------------------------------------------
+
+
+def submits_until_refused(svc: InProcess, rounds: int) -> tuple[dict[str, list[str]], list[str]]:
+    """Submit ``rounds`` keyed batches of 20 tasks: acknowledged ids per key, refused keys;
+    every answer is 201 or 503."""
+    acked: dict[str, list[str]] = {}
+    refused: list[str] = []
+    for _ in range(rounds):
+        key = f"k{uuid.uuid4().hex[:8]}"
+        r = svc.client.post("/v1/tasks", json=[task(document_ref="x" * 500)] * 20,
+                            headers={**auth(svc.tokens.tenant_a), "Idempotency-Key": key})
+        assert r.status_code in (201, 503), r.text
+        if r.status_code == 201:
+            acked[key] = r.json()["task_ids"]
+        else:
+            assert r.json()["detail"]
+            refused.append(key)
+    return acked, refused
+
+
+def assert_stored_exactly(svc: InProcess, acked: dict[str, list[str]], refused: list[str]) -> None:
+    """The database holds every acknowledged batch and nothing of a refused one, and the
+    service's memory counts what the database holds."""
+    stored = stored_tasks(svc.db)
+    by_key: dict[str, list[str]] = {}
+    for task_id, (_, key) in stored.items():
+        by_key.setdefault(str(key), []).append(task_id)
+    for key, ids in acked.items():
+        assert sorted(by_key.get(key, [])) == sorted(ids), f"acknowledged batch {key} not stored"
+    assert not set(refused) & set(by_key), "a refused submit was stored"
+    health = svc.client.get("/healthz").json()
+    queued = sum(state == "queued" for state, _ in stored.values())
+    assert (health["queued"], health["status"]) == (queued, "ok")
+
+
+def test_a_full_sqlite_database_refuses_writes_with_503_and_acknowledges_only_what_it_stored(
+    tmp_path: Path,
+) -> None:
+    svc = InProcess(tmp_path)
+    try:
+        conn = svc.scheduler.write_store.conn
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        conn.execute(f"PRAGMA max_page_count = {pages + 12}")
+        acked, refused = submits_until_refused(svc, rounds=12)
+        assert acked and refused, (len(acked), len(refused))
+        assert_stored_exactly(svc, acked, refused)
+        # A retry of a refused submit with its key is refused alike, and stores nothing.
+        again = svc.client.post("/v1/tasks", json=[task(document_ref="x" * 500)] * 20,
+                                headers={**auth(svc.tokens.tenant_a),
+                                         "Idempotency-Key": refused[0]})
+        assert again.status_code == 503
+        conn.execute("PRAGMA max_page_count = 1073741823")  # room again
+        more, none = submits_until_refused(svc, rounds=2)
+        assert len(more) == 2 and none == []
+        retried = svc.client.post("/v1/tasks", json=[task(document_ref="x" * 500)] * 20,
+                                  headers={**auth(svc.tokens.tenant_a),
+                                           "Idempotency-Key": refused[0]})
+        assert retried.status_code == 201
+        acked.update(more, **{refused[0]: retried.json()["task_ids"]})
+        assert_stored_exactly(svc, acked, refused[1:])
+    finally:
+        svc.close()
+
+
+def chattr(flag: str, *paths: Path) -> None:
+    subprocess.run(["chattr", flag, *map(str, paths)], check=True, capture_output=True)
+
+
+@pytest.fixture
+def immutable_files(tmp_path: Path) -> Iterator[list[Path]]:
+    """Files the test makes immutable (``chattr +i``), made mutable again afterwards."""
+    probe = tmp_path / "probe"
+    probe.touch()
+    try:
+        chattr("+i", probe)
+        chattr("-i", probe)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("chattr +i is not allowed here (needs CAP_LINUX_IMMUTABLE and ext4)")
+    files: list[Path] = []
+    try:
+        yield files
+    finally:
+        for path in files:
+            chattr("-i", path)
+
+
+def test_a_read_only_sqlite_file_refuses_writes_with_503_and_serves_again_once_writable(
+    tmp_path: Path, immutable_files: list[Path]
+) -> None:
+    svc = InProcess(tmp_path)
+    try:
+        before, _ = submits_until_refused(svc, rounds=2)
+        assert len(before) == 2
+        # Never the -shm file: SQLite maps it, and a write to an immutable mapping is SIGBUS.
+        immutable_files.extend([Path(svc.db), Path(svc.db + "-wal")])
+        chattr("+i", *immutable_files)
+        acked, refused = submits_until_refused(svc, rounds=3)
+        assert acked == {} and len(refused) == 3
+        poll = svc.client.post("/v1/poll", json={"worker_id": "w"}, headers=auth(svc.tokens.worker))
+        assert poll.status_code == 503, poll.text
+        chattr("-i", *immutable_files)
+        immutable_files.clear()
+        after, none = submits_until_refused(svc, rounds=2)
+        assert len(after) == 2 and none == []
+        assert_stored_exactly(svc, {**before, **after}, refused)
+        served = 0
+        while (p := svc.client.post("/v1/poll", json={"worker_id": "w"},
+                                    headers=auth(svc.tokens.worker))).status_code == 200:
+            lease = p.json()
+            done = svc.client.post(f"/v1/tasks/{lease['task_id']}/complete",
+                                   json={"lease_id": lease["lease_id"], "duration_s": 0.1},
+                                   headers=auth(svc.tokens.worker))
+            assert done.status_code == 204, done.text
+            served += 1
+        assert served == 80 and p.status_code == 204
+    finally:
+        svc.close()
+
+
+def test_a_postgresql_server_that_cannot_be_reached_is_a_503_to_retry_and_one_line_at_start(
+) -> None:
+    # A request that finds the server down (a restart) reconnects through the same path as
+    # a start-up: a 503 for the client to retry, not a 400, and still one line for the CLI.
+    pytest.importorskip("psycopg")
+    from desched.errors import DeschedError
+    from desched.service.answers import refusal
+    from desched.service.errors import Unavailable
+    from desched.service.store import Store
+
+    with pytest.raises(Unavailable, match="cannot connect to PostgreSQL") as caught:
+        Store(f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere")
+    assert isinstance(caught.value, DeschedError) and "\n" not in str(caught.value)
+    assert refusal(caught.value).status_code == 503
+
+
+# Processes ------------------------------------------------------------------------------
+
+
+def settle_traffic(traffic: Traffic, need: int = 1, timeout_s: float = 60.0) -> None:
+    """Wait until ``traffic`` has ``need`` acknowledged tasks and one completion."""
+    deadline = time.monotonic() + timeout_s
+    while len(traffic.accepted) < need or not traffic.completions:
+        assert time.monotonic() < deadline, "the traffic never got going"
+        assert not traffic.errors, traffic.errors[:3]
+        time.sleep(0.05)
+
+
+def finish(traffic: Traffic, url: str, db: str, log_dir: Path) -> Audit:
+    """Drain the queue at ``url``, then audit; the audit's figures are printed."""
+    traffic.drain(url)
+    result = audit(db, traffic, log_dir)
+    print(result, dict(traffic.statuses), f"stalls {len(traffic.stalls)}")
+    return result
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_a_service_paused_past_its_leases_loses_nothing_and_completes_nothing_twice(
+    tmp_path: Path,
+) -> None:
+    db = str(tmp_path / "state.db")
+    tokens = add_principals(db)
+    service = Service(db=db, log_dir=tmp_path / "logs", lease_s=1.0).start()
+    traffic = Traffic(tokens, [service.url])
+    assert service.proc is not None
+    stopped = False
+    try:
+        traffic.start()
+        settle_traffic(traffic, need=30)
+        # A worker of its own holds a lease across the pause.
+        with httpx.Client(base_url=service.url, timeout=30) as http:
+            w2 = auth(tokens.worker2)
+            while (r := http.post("/v1/poll", json={"worker_id": "slow"}, headers=w2)
+                   ).status_code != 200:
+                time.sleep(0.02)
+            held = r.json()
+            service.proc.send_signal(signal.SIGSTOP)
+            stopped = True
+            time.sleep(2.5)  # past every lease's expiry (lease_s 1)
+            service.proc.send_signal(signal.SIGCONT)
+            stopped = False
+            beat = http.post(f"/v1/tasks/{held['task_id']}/heartbeat",
+                             json={"lease_id": held["lease_id"]}, headers=w2)
+            late = http.post(f"/v1/tasks/{held['task_id']}/complete",
+                             json={"lease_id": held["lease_id"], "duration_s": 1.0}, headers=w2)
+        time.sleep(1.0)  # the workers keep going after the pause
+        result = finish(traffic, service.url, db, tmp_path / "logs")
+        expiries = metric(service.url, "desched_lease_expiries_total")
+    finally:
+        traffic.stop()
+        if stopped:
+            service.proc.send_signal(signal.SIGCONT)
+        service.stop()
+    # The lease expired during the pause: 409, or 403 when a worker's poll buffered during
+    # the pause was answered first and got the task.
+    assert {beat.status_code, late.status_code} <= {403, 409}, (beat.text, late.text)
+    assert expiries >= 1
+    assert not traffic.errors and not traffic.stalls, (traffic.errors[:3], traffic.stalls[:3])
+    assert stored_tasks(db)[held["task_id"]][0] == "done"
+    assert clean(result) == CLEAN and result.acknowledged > 30
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[ThrowawayPostgres]:
+    """A PostgreSQL server of this module's own (skipped without the server binaries)."""
+    pytest.importorskip("psycopg")
+    if pg_bin() is None or (shutil.which("runuser") is None and _root()):
+        pytest.skip("no PostgreSQL server binaries to start a throw-away server")
+    server = ThrowawayPostgres()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _root() -> bool:
+    import os
+
+    return os.geteuid() == 0
+
+
+def slow_writes(db: str, per_row_s: float) -> None:
+    """Make every row the service writes take ``per_row_s`` longer (a trigger), so that the
+    writer spends most of its time inside a transaction."""
+    import psycopg
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION desched_slow() RETURNS trigger AS $$ BEGIN "
+            f"PERFORM pg_sleep({per_row_s}); RETURN NEW; END $$ LANGUAGE plpgsql"
+        )
+        conn.execute("CREATE TRIGGER desched_slow BEFORE INSERT OR UPDATE ON tasks "
+                     "FOR EACH ROW EXECUTE FUNCTION desched_slow()")
+
+
+def writer_in_transaction(db: str, timeout_s: float = 10.0) -> int:
+    """Wait until the session holding the writer lock is inside a transaction; its pid."""
+    import psycopg
+
+    deadline = time.monotonic() + timeout_s
+    with psycopg.connect(db, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT a.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 "
+                "AND a.datname = current_database() AND a.xact_start IS NOT NULL "
+                "AND a.state <> 'idle'"
+            ).fetchone()
+            if row is not None:
+                return int(row[0])
+            time.sleep(0.001)
+    raise AssertionError("the writer was never seen inside a transaction")
+
+
+def pg_service(pg: ThrowawayPostgres, tmp_path: Path, **env: str) -> tuple[Service, Traffic, str]:
+    db = pg.fresh_database()
+    tokens = add_principals(db)
+    service = Service(db=db, log_dir=tmp_path / "logs", lease_s=2.0, env=env).start()
+    return service, Traffic(tokens, [service.url]), db
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_postgresql_sessions_terminated_mid_transaction_lose_no_acknowledged_task(
+    pg: ThrowawayPostgres, tmp_path: Path
+) -> None:
+    import psycopg
+
+    service, traffic, db = pg_service(pg, tmp_path)
+    terminated = 0
+    try:
+        slow_writes(db, 0.003)
+        traffic.start()
+        settle_traffic(traffic)
+        for _ in range(6):
+            pid = writer_in_transaction(db)
+            with psycopg.connect(db, autocommit=True) as conn:
+                conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            terminated += 1
+            time.sleep(0.4)
+        time.sleep(1.0)
+        result = finish(traffic, service.url, db, tmp_path / "logs")
+    finally:
+        traffic.stop()
+        service.stop()
+    print(f"terminated {terminated} writer sessions inside a transaction")
+    assert not traffic.errors and not traffic.stalls, (traffic.errors[:3], traffic.stalls[:3])
+    assert clean(result) == CLEAN and result.acknowledged > 0
+    assert traffic.statuses["submit 503"] + traffic.statuses["complete 503"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+@pytest.mark.parametrize(("mode", "durability"), [("fast", "process"), ("immediate", "machine")])
+def test_postgresql_restarted_under_load_loses_no_acknowledged_task(
+    pg: ThrowawayPostgres, tmp_path: Path, mode: str, durability: str
+) -> None:
+    service, traffic, db = pg_service(pg, tmp_path, DESCHED_DURABILITY=durability)
+    try:
+        traffic.start()
+        settle_traffic(traffic)
+        for _ in range(2):
+            pg.restart(mode)
+            time.sleep(1.0)
+        result = finish(traffic, service.url, db, tmp_path / "logs")
+        health = httpx.get(f"{service.url}/healthz").json()
+    finally:
+        traffic.stop()
+        service.stop()
+    assert not traffic.errors and not traffic.stalls, (traffic.errors[:3], traffic.stalls[:3])
+    assert clean(result) == CLEAN and result.acknowledged > 0
+    assert (health["status"], health["role"]) == ("ok", "active")
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_the_standby_takes_over_without_loss_when_the_active_dies_mid_batch(
+    pg: ThrowawayPostgres, tmp_path: Path
+) -> None:
+    db = pg.fresh_database()
+    tokens = add_principals(db)
+    env = {"DESCHED_STANDBY_POLL_S": "0.1"}
+    active = Service(db=db, log_dir=tmp_path / "logs", lease_s=1.0, env=env).start()
+    standby = Service(db=db, log_dir=tmp_path / "logs", lease_s=1.0, env=env)
+    traffic = Traffic(tokens, [active.url])
+    takeover: dict[str, Any] = {}
+    try:
+        standby.start(standby=True)
+        traffic.urls.append(standby.url)
+        slow_writes(db, 0.005)
+        traffic.start()
+        settle_traffic(traffic, need=20)
+        writer_in_transaction(db)
+        active.kill()
+        killed_at = time.monotonic()
+        while httpx.get(f"{standby.url}/healthz").status_code != 200:
+            assert time.monotonic() - killed_at < 60, "the standby never took over"
+            time.sleep(0.02)
+        takeover["s"] = time.monotonic() - killed_at
+        time.sleep(1.0)
+        result = finish(traffic, standby.url, db, tmp_path / "logs")
+    finally:
+        traffic.stop()
+        active.stop()
+        standby.stop()
+    print(f"takeover {takeover['s']:.2f} s after a SIGKILL mid-batch")
+    assert not traffic.errors and not traffic.stalls, (traffic.errors[:3], traffic.stalls[:3])
+    assert clean(result) == CLEAN and result.acknowledged > 20
