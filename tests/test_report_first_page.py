@@ -24,6 +24,7 @@ from desched.bench.report.numbers import fmt_ci, unmatched_numbers
 from desched.bench.report.plots import compact, q3_tenants_figure
 from desched.bench.report.records import CI, DeployHarmRow, DeployRow, DeploySection
 from desched.bench.report.write import write_report
+from desched.bench.verdicts import Thresholds
 from desched.bench.weights import read_card
 from desched.cli import cli
 from desched.trace import write_trace
@@ -53,8 +54,7 @@ def deploy_section(tie: bool, recommendation: str = "guarded-sjf") -> DeploySect
                           failed=["mean_response"]) for p in ("guarded-sjf", "hrrn-predicted")]
     return DeploySection(
         source="test", today="ifs-memoryless", oracle="sjf-oracle",
-        thresholds={"gain_min": 0.8, "p99_ratio_max": 1.0, "worst_tenant_max": 2.0,
-                    "min_tenant_tasks": 10.0},
+        thresholds={k: float(v) for k, v in Thresholds().model_dump().items()},
         load=0.9, logs=["lanl", "atlas"], scenarios=["flood"],
         policies=["guarded-sjf", "hrrn-predicted"], rows=rows, harm=harm,
         recommendation=recommendation, recommendation_passed=5, recommendation_criteria=10,
@@ -176,7 +176,7 @@ def small_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
         quantiles={}, training_time_s=1.0, compile_time_s=1.0, latency_us=latency,
         booster_latency_us=latency, heldout_trace=str(predicted), workers=2)
     mp = pytest.MonkeyPatch()
-    mp.setattr(demo, "deploy_of", lambda settings, root: deploy_section(tie=True))
+    mp.setattr(demo, "deploy_of", lambda settings, root, pool=None: deploy_section(tie=True))
     try:
         report = demo.assemble_report(
             run="small", settings=settings, specs={}, workloads={"flood": workload},
