@@ -55,7 +55,7 @@ from typing import Any
 
 from desched.errors import DeschedError
 from desched.policies.base import Fits, Policy, first_fitting
-from desched.trace import TaskTable
+from desched.trace import QUANTILE_COLUMNS, TaskTable
 
 FIELDS = ("weight", "cap", "rate", "burst")
 
@@ -508,7 +508,8 @@ def kernel_inputs(frame: Any, controls: Controls | None) -> dict[str, Any] | Non
     """The arrays a compiled kernel (``desched.simulator.simulate_arrays``) runs the trace
     ``frame`` (polars) on under ``controls``, built without a Python object per task:
     ``submit_s`` (shaped by the rate limits, as ``controlled``), ``duration_s``,
-    ``predicted_s`` (NaN when the trace has none), ``tenant`` (codes in order of first
+    ``predicted_s`` and the quantiles ``predicted_p50_s``, ``predicted_p90_s`` (NaN where the
+    trace has none, as ``TaskTable.from_frame``), ``tenant`` (codes in order of first
     appearance, as ``TaskTable.from_frame``) and ``weight`` by code. None when the run
     needs the ``Gate`` (a cap, or more than one priority level), which only the Python
     loop applies."""
@@ -534,7 +535,11 @@ def kernel_inputs(frame: Any, controls: Controls | None) -> dict[str, Any] | Non
     n = frame.height
     predicted = (frame["predicted_s"].cast(pl.Float64).to_numpy()
                  if "predicted_s" in frame.columns else np.full(n, math.nan))
+    quantiles = {c: (frame[c].cast(pl.Float64).fill_null(math.nan).to_numpy()
+                     if c in frame.columns else np.full(n, math.nan))
+                 for c in QUANTILE_COLUMNS}
     return {
+        **quantiles,
         "submit_s": frame["submit_s"].cast(pl.Float64).to_numpy(),
         "duration_s": frame["duration_s"].cast(pl.Float64).to_numpy(),
         "predicted_s": predicted,

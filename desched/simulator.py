@@ -140,7 +140,9 @@ def simulate(
             np.asarray(tasks.submit_s, dtype=np.float64),
             np.asarray(tasks.duration_s, dtype=np.float64),
             np.asarray(tasks.predicted_s, dtype=np.float64),
-            np.asarray(tasks.tenant, dtype=np.int64), weight)
+            np.asarray(tasks.tenant, dtype=np.int64), weight,
+            predicted_p50_s=np.asarray(tasks.predicted_p50_s, dtype=np.float64),
+            predicted_p90_s=np.asarray(tasks.predicted_p90_s, dtype=np.float64))
         if progress is not None:
             progress(len(tasks))
         return result
@@ -277,9 +279,12 @@ def simulate_arrays(
     predicted_s: npt.NDArray[np.float64],
     tenant: npt.NDArray[np.int64],
     weight: npt.NDArray[np.float64],
+    predicted_p50_s: npt.NDArray[np.float64] | None = None,
+    predicted_p90_s: npt.NDArray[np.float64] | None = None,
 ) -> SimResult:
     """``simulate`` by the compiled kernel of policy ``name`` (``desched.kernels.KERNELS``)
-    over task arrays by position: tenant codes index ``weight`` (1.0: no weight).
+    over task arrays by position: tenant codes index ``weight`` (1.0: no weight); the
+    quantile predictions are NaN where absent (all, when not given).
     Precondition: ``desched.kernels.available(name)``. No Python runs per task."""
     from desched import kernels
 
@@ -287,7 +292,7 @@ def simulate_arrays(
         raise DeschedError(f"workers must be >= 1, got {workers}")
     wall0 = time.perf_counter()
     run = kernels.run(name, params, len(components), workers, submit_s, duration_s,
-                      predicted_s, tenant, weight)
+                      predicted_s, tenant, weight, predicted_p50_s, predicted_p90_s)
     wall = time.perf_counter() - wall0
     end = run.start_s + np.asarray(duration_s, dtype=np.float64)
     d_t = run.start_s[run.task]

@@ -5,8 +5,10 @@ policy objects the live service runs replay a kernel's recorded decisions exactl
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+from collections.abc import Callable
 
 import numpy as np
 import polars as pl
@@ -85,14 +87,135 @@ def test_every_kernel_decides_bit_identically_to_the_python_loop(
     assert_identical(kernel, python)
 
 
+BOOST_KERNELS = ("boost-predicted", "fair-boost")
+_p50 = st.one_of(st.just(math.nan), st.just(0.0), st.just(math.inf), _sizes)
+_p90 = st.one_of(st.just(math.nan), st.just(math.inf),
+                 st.tuples(_sizes, st.sampled_from([0.5, 1.0, 2.0, 4.0, 8.0])).map(
+                     lambda x: x[0] * x[1]))
+
+
+@st.composite
+def quantile_traces(draw: st.DrawFn, max_tasks: int = 60) -> TaskTable:
+    """Tasks with predictions and, for some, p50 / p90 quantiles: missing, zero or infinite
+    p50, p90 missing, crossed (at or below the p50), close above it and far above it (the
+    shifted exponential's shift then goes below 0); sometimes a burst; tenant weights."""
+    n = draw(st.integers(2, max_tasks))
+    k = draw(st.integers(1, 6))
+    instants = draw(st.lists(_grid, min_size=1, max_size=2)) if draw(st.booleans()) else None
+    tasks = [
+        T(tenant="abcdef"[draw(st.integers(0, k - 1))],
+          submit_s=draw(st.sampled_from(instants)) if instants else draw(_grid),
+          duration_s=draw(_sizes), predicted_s=draw(_sizes))
+        for _ in range(n)
+    ]
+    table = make_tasks(*tasks)
+    table.predicted_p50_s[:] = [draw(_p50) for _ in range(n)]
+    table.predicted_p90_s[:] = [draw(_p90) for _ in range(n)]
+    weights = draw(st.lists(_weights, min_size=6, max_size=6))
+    table.tenant_weight.update({c: weights[c] for c in range(len(table.tenant_names))
+                                if weights[c] != 1.0})
+    return table
+
+
+_boost_params = st.fixed_dictionaries({
+    "window": st.sampled_from(["2", "3", "4", "5", "8", "256"]),
+    "workers": st.sampled_from(["0", "1", "3"]),
+    "scale": st.sampled_from(["0.25", "1", "10", "64"]),
+    "max_load": st.sampled_from(["0.5", "0.98"]),
+    "sympathy": st.sampled_from(["0", "0.5", "2", "10"]),
+})
+
+
+@settings(max_examples=200, deadline=None)
+@given(table=quantile_traces(), workers=st.integers(1, 4), name=st.sampled_from(BOOST_KERNELS),
+       params=_boost_params)
+def test_the_boost_kernels_decide_bit_identically_under_quantiles_and_small_windows(
+    table: TaskTable, workers: int, name: str, params: dict[str, str]
+) -> None:
+    """γ re-solved every few dispatches (numpy's exp loop, math.fsum), boosts by libm's
+    exp and log1p, the sympathy guard, the corrected VTC counters: the Python loop's bits."""
+    if name == "fair-boost":
+        params = {k: v for k, v in params.items() if k != "sympathy"}
+    kernel = simulate(table, make_policy(name, table, params), workers, engine="kernel")
+    python = simulate(table, make_policy(name, table, params), workers, engine="python")
+    assert kernel.engine == f"kernel:{name}"
+    assert_identical(kernel, python)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.floats(-1e3, 1e3, allow_nan=False),
+    st.sampled_from([math.inf, -math.inf, math.nan, 1e308, -1e308, 5e-324, 1e16, 1.0, -0.0]),
+), max_size=40))
+def test_the_kernels_fsum_is_math_fsum_bit_for_bit_compiled_and_under_cpython(
+    values: list[float],
+) -> None:
+    """Shewchuk's partials, the half-even correction and the special values; where
+    math.fsum raises, the kernel's flag says which error and the sum is NaN."""
+    from desched.kernels import source_boost
+
+    try:
+        want: float | type[Exception] = math.fsum(values)
+    except (OverflowError, ValueError) as e:
+        want = type(e)
+    for fsum in (source_boost.fsum, compiled_fsum()):
+        sc = np.zeros(16, dtype=np.int64)
+        if fsum is source_boost.fsum:  # Python floats and lists: CPython's own arithmetic
+            got = fsum(values, len(values), [0.0] * (len(values) + 1), 0, sc)  # type: ignore[arg-type]
+        else:
+            vals = np.array(values + [0.0], dtype=np.float64)
+            partials = np.zeros(len(values) + 1)
+            got = fsum(vals.ctypes.data, len(values), partials.ctypes.data, 0, sc.ctypes.data)
+        if isinstance(want, float):
+            assert sc[14] == 0
+            assert np.float64(got).tobytes() == np.float64(want).tobytes() or (
+                math.isnan(got) and math.isnan(want))
+        else:
+            assert math.isnan(got)
+            assert sc[14] == (1 if want is OverflowError else 2)
+
+
+@functools.cache
+def compiled_fsum() -> Callable[..., float]:
+    import ast
+
+    from desched.kernels import source_boost
+    from desched.structures import kernelc
+
+    path = source_boost.__file__
+    tree = ast.parse(open(path).read(), path)  # noqa: SIM115 (read once)
+    keep = {"fsum", "fabs", "finite"}
+    tree.body = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in keep]
+    return kernelc.compile_functions(tree, path, ["fsum"])["fsum"]
+
+
+def test_the_boost_kernels_constants_are_the_policys() -> None:
+    from desched.kernels import f64_loop, source_boost
+    from desched.policies import boost_predicted as bp
+
+    assert (source_boost.LN2, source_boost.LN5, source_boost.LN10) == (bp.LN2, bp.LN5, bp.LN10)
+    assert source_boost.MAX_EXPONENT == bp.MAX_EXPONENT
+    assert source_boost.BISECTIONS == bp.BISECTIONS
+    assert source_boost.BRACKET == 2.0 ** -bp.BISECTIONS
+    assert f64_loop("exp") is not None and f64_loop("exp2") is not None
+
+
 @settings(max_examples=60, deadline=None)
 @given(tasks=traces(max_tasks=40), workers=st.integers(1, 3),
        name=st.sampled_from(KERNEL_POLICIES), rate=st.sampled_from([0.5, 1.0, 2.0]),
-       weight=_weights)
+       weight=_weights,
+       quantiles=st.none() | st.lists(st.tuples(_p50, _p90), min_size=40, max_size=40))
 def test_the_cli_path_under_weights_and_rate_limits_equals_the_python_loop(
-    tasks: list[T], workers: int, name: str, rate: float, weight: float
+    tasks: list[T], workers: int, name: str, rate: float, weight: float,
+    quantiles: list[tuple[float, float]] | None,
 ) -> None:
+    """Also with quantile columns (missing values as nulls) read by the Boost kernels."""
     frame = make_frame(*tasks)
+    if quantiles is not None:
+        for j, column in enumerate(("predicted_p50_s", "predicted_p90_s")):
+            values = [None if math.isnan(q[j]) else q[j] for q in quantiles[: frame.height]]
+            frame = frame.with_columns(pl.Series(column, values, dtype=pl.Float64))
     assume("predicted_s" not in REGISTRY[name].reads or "predicted_s" in frame.columns)
     controls = Controls({"a": TenantControl(weight=weight, rate=rate),
                          "b": TenantControl(weight=2.0)})

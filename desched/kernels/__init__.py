@@ -7,7 +7,8 @@ run is one call of native code compiled from ``desched.kernels.source`` (a typed
 Python, ``desched.structures.kernelc``): the same semantics, the same float operations, so
 the start times, workers, scores and parts are bit-identical to the Python loop's
 (tests/test_kernels.py, on generated traces with ties, bursts and tenant weights). Tenant
-weights and rate limits (shaped submit times) are supported; caps and priorities are not.
+weights, rate limits (shaped submit times) and quantile predictions (``predicted_p50_s``,
+``predicted_p90_s``, for the Boost policies) are supported; caps and priorities are not.
 
 Cost: the first use in a process loads the compiled code, from the cache under
 ``desched/kernels/__pycache__`` (about 0.05 s of CPU), or compiles it there (about 0.6 s,
@@ -16,7 +17,12 @@ O(n log n) for the events plus the policy's cost per decision, with no Python pe
 decision: fifo O(1); sjf-*, guarded-sjf O(log n); round-robin O(log m); the IFS family a
 scan of the K backlogged tenants, as the policy objects do; vtc and fair-sjf also scan the K
 backlogged tenants (the policy objects keep a heap, O(log K)), cheap for the thousand
-tenants of the scenarios; hrrn-predicted the kinetic tournament's amortised O(log^2 n).
+tenants of the scenarios; hrrn-predicted the kinetic tournament's amortised O(log^2 n);
+boost-predicted O(log n) amortised (two heaps, entries of started tasks dropped at the
+tops) and fair-boost vtc's scan plus O(log m) in the tenant, both plus the γ estimate's
+O(window x 40) every ``window`` dispatches (and at the 2nd, 4th, 8th, ...), which calls
+numpy's own float64 ``exp`` loop (``f64_loop``) and sums exactly as ``math.fsum`` does
+(``desched.kernels.source_boost``), so that γ has the policy object's bits.
 """
 
 from __future__ import annotations
@@ -39,7 +45,8 @@ import numpy.typing as npt
 from desched.policies.base import Policy
 
 SOURCE = Path(__file__).with_name("source.py")
-SOURCES = (SOURCE, Path(__file__).with_name("source_predicted.py"))
+SOURCES = (SOURCE, Path(__file__).with_name("source_predicted.py"),
+           Path(__file__).with_name("source_boost.py"))
 """The kernel source files, compiled as one module (their imports are left out)."""
 STATE_ARRAYS = ("ia", "ib", "ic", "id_", "ie", "if_", "fa", "fb", "fc", "fd", "fe", "ff")
 ENGINE_PYTHON = "python"
@@ -48,13 +55,14 @@ ENGINE_PYTHON = "python"
 @dataclass(frozen=True, slots=True)
 class KernelSpec:
     """How one policy runs as a kernel: its functions' prefix in ``source.py``, its
-    parameters as the ``prm`` array, and the sizes of its state arrays (by the task count
-    ``n`` and tenant count ``nt``; unlisted arrays get one element)."""
+    parameters as the ``prm`` array, the sizes of its state arrays (by the task count ``n``,
+    the tenant count ``nt`` and the parameters; unlisted arrays get one element) and the
+    numpy ufunc whose float64 loop it calls (``f64_loop``; its address in ``sc[15]``)."""
 
     prefix: str
     prm: Callable[[Any], list[float]]
-    sizes: Callable[[int, int], dict[str, int]]
-    needs_exp2: bool = False
+    sizes: Callable[[int, int, Any], dict[str, int]]
+    loop: str | None = None
 
 
 def _ifs_prm(counter: bool) -> Callable[[Any], list[float]]:
@@ -65,49 +73,71 @@ def _ifs_prm(counter: bool) -> Callable[[Any], list[float]]:
     return prm
 
 
-def _per_tenant(n: int, nt: int) -> dict[str, int]:
+def _per_tenant(n: int, nt: int, p: Any = None) -> dict[str, int]:
     return {"ia": nt, "ib": nt, "ic": nt, "id_": nt}
 
 
-def _counter_sizes(n: int, nt: int) -> dict[str, int]:
+def _counter_sizes(n: int, nt: int, p: Any = None) -> dict[str, int]:
     return {**_per_tenant(n, nt), "fa": nt, "fb": nt, "fc": nt, "fd": nt, "ff": 1}
 
 
-def _vtc_sizes(n: int, nt: int) -> dict[str, int]:
+def _vtc_sizes(n: int, nt: int, p: Any = None) -> dict[str, int]:
     return {"ia": n, "ib": nt, "ic": nt, "id_": nt, "fa": n, "fb": n, "fc": nt}
 
 
-def _sjf_sizes(n: int, nt: int) -> dict[str, int]:
+def _sjf_sizes(n: int, nt: int, p: Any = None) -> dict[str, int]:
     return {"ia": n, "fa": n, "fb": n}
 
 
-def _gsjf_sizes(n: int, nt: int) -> dict[str, int]:
+def _gsjf_sizes(n: int, nt: int, p: Any = None) -> dict[str, int]:
     return {"ia": n, "ib": n, "ic": n, "fa": n, "fb": n, "fc": n, "fd": n, "fe": n}
 
 
-def _ifsp_sizes(n: int, nt: int) -> dict[str, int]:
+def _ifsp_sizes(n: int, nt: int, p: Any = None) -> dict[str, int]:
     return {"ia": n, "ib": nt, "ic": nt, "id_": nt, "ie": n, "if_": 2 * n + 1, "fa": n,
             "fb": n, "fc": n, "fd": n}
 
 
-def _hrrn_sizes(n: int, nt: int) -> dict[str, int]:
+def _hrrn_sizes(n: int, nt: int, p: Any = None) -> dict[str, int]:
     cap = max(16, 1 << max(0, (n - 1).bit_length()))  # the most the tree grows to
     return {"ia": 2 * cap, "ib": 2 * cap, "ic": 2 * cap, "fa": 2 * cap, "id_": cap, "ie": n,
             "if_": cap}
 
 
+def _estimator_sizes(n: int, p: Any) -> dict[str, int]:
+    """The γ estimate's arrays (``source_boost``): labels, the window's ring, ``fsum``'s
+    partials and the ``exp`` loop's buffers."""
+    w = int(p.window)
+    return {"fd": w, "fe": 2 * n + 4 * w + 1, "ff": w}
+
+
+def _boost_sizes(n: int, nt: int, p: Any) -> dict[str, int]:
+    return {"ia": 2 * n, "ic": n, "fa": 2 * n, "fb": 2 * n, "fc": n, **_estimator_sizes(n, p)}
+
+
+def _fboost_sizes(n: int, nt: int, p: Any) -> dict[str, int]:
+    return {**_vtc_sizes(n, nt), **_estimator_sizes(n, p)}
+
+
+def _boost_prm(p: Any) -> list[float]:
+    return [float(p.window), float(p.workers), p.max_load, p.scale,
+            getattr(p, "sympathy", 0.0)]
+
+
 KERNELS: dict[str, KernelSpec] = {
-    "fifo": KernelSpec("fifo", lambda p: [], lambda n, nt: {}),
+    "fifo": KernelSpec("fifo", lambda p: [], lambda n, nt, p: {}),
     "sjf-oracle": KernelSpec("sjf", lambda p: [0.0], _sjf_sizes),
     "sjf-predicted": KernelSpec("sjf", lambda p: [1.0], _sjf_sizes),
     "ifs-memoryless": KernelSpec("ifs", _ifs_prm(False), _counter_sizes),
-    "ifs-counter": KernelSpec("ifs", _ifs_prm(True), _counter_sizes, needs_exp2=True),
+    "ifs-counter": KernelSpec("ifs", _ifs_prm(True), _counter_sizes, loop="exp2"),
     "vtc": KernelSpec("vtc", lambda p: [0.0], _vtc_sizes),
     "fair-sjf": KernelSpec("vtc", lambda p: [1.0], _vtc_sizes),
-    "round-robin": KernelSpec("rr", lambda p: [], lambda n, nt: {"ia": nt, "ib": nt, "ic": nt}),
+    "round-robin": KernelSpec("rr", lambda p: [], lambda n, nt, p: {"ia": nt, "ib": nt, "ic": nt}),
     "guarded-sjf": KernelSpec("gsjf", lambda p: [p.beta, p.a], _gsjf_sizes),
     "ifs-predicted": KernelSpec("ifsp", lambda p: [p.w_backlog, p.w_short], _ifsp_sizes),
     "hrrn-predicted": KernelSpec("hrrn", lambda p: [], _hrrn_sizes),
+    "boost-predicted": KernelSpec("boost", _boost_prm, _boost_sizes, loop="exp"),
+    "fair-boost": KernelSpec("fboost", _boost_prm, _fboost_sizes, loop="exp"),
 }
 """Policy name -> its kernel. Only the registered fast class of that name runs here."""
 
@@ -177,17 +207,23 @@ def compiled() -> dict[str, Callable[..., int]] | None:
             return None
 
 
+LOOP_PROBES: dict[str, tuple[float, float]] = {"exp2": (-60.0, 1.0), "exp": (-50.0, 720.0)}
+"""The ufuncs whose float64 loops a kernel may call, and the range of the probe that checks
+each (beside random exponentials, zeros and the special values)."""
+
+
 @cache
-def exp2_loop() -> int | None:
-    """The address of numpy's float64 ``exp2`` inner loop (so that a kernel's decay has
-    numpy's bits, which are not the C library's), checked on a probe; None if not found."""
-    u = np.exp2
+def f64_loop(name: str) -> int | None:
+    """The address of numpy's float64 inner loop of ufunc ``name`` (one of ``LOOP_PROBES``),
+    so that a kernel computes it with numpy's bits, which are not always the C library's;
+    checked on a probe against the ufunc itself; None if not found or not equal."""
+    u = getattr(np, name)
     base = id(u)
     nargs = ctypes.c_int.from_address(base + 24).value
     ntypes = ctypes.c_int.from_address(base + 48).value
     functions = ctypes.c_void_p.from_address(base + 32).value
     types = ctypes.c_void_p.from_address(base + 64).value
-    if not functions or not types or nargs != 2:
+    if not functions or not types or nargs != 2 or ntypes != u.ntypes:
         return None
     double = np.dtype(np.float64).num
     codes = ctypes.string_at(types, ntypes * nargs)
@@ -202,11 +238,33 @@ def exp2_loop() -> int | None:
     loop = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p),
                             ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64),
                             ctypes.c_void_p)(address)
-    probe = -np.random.default_rng(7).exponential(4.0, 4096)
+    rng = np.random.default_rng(7)
+    lo, hi = LOOP_PROBES[name]
+    probe = np.concatenate([rng.uniform(lo, hi, 4096), -rng.exponential(4.0, 1024),
+                            rng.exponential(1.0, 1024), [0.0, -0.0, math.inf, -math.inf]])
     got = np.empty_like(probe)
     args = (ctypes.c_void_p * 2)(probe.ctypes.data, got.ctypes.data)
-    loop(args, (ctypes.c_int64 * 1)(probe.size), (ctypes.c_int64 * 2)(8, 8), None)
-    return int(address) if np.array_equal(got, np.exp2(probe)) else None
+    with np.errstate(all="ignore"):
+        loop(args, (ctypes.c_int64 * 1)(probe.size), (ctypes.c_int64 * 2)(8, 8), None)
+        want = u(probe)
+    if not np.array_equal(got, want):
+        return None
+    _UFUNCS[int(address)] = u
+    return int(address)
+
+
+_UFUNCS: dict[int, Any] = {}
+
+
+def exp2_loop() -> int | None:
+    """``f64_loop("exp2")``."""
+    return f64_loop("exp2")
+
+
+def ufunc_at(address: int) -> Any:
+    """The ufunc whose float64 loop ``f64_loop`` found at ``address`` (for the kernel
+    source under CPython)."""
+    return _UFUNCS[address]
 
 
 @dataclass(slots=True)
@@ -229,7 +287,7 @@ def available(name: str) -> bool:
     spec = KERNELS.get(name)
     if spec is None or compiled() is None:
         return False
-    return not spec.needs_exp2 or exp2_loop() is not None
+    return spec.loop is None or f64_loop(spec.loop) is not None
 
 
 def run(
@@ -242,9 +300,13 @@ def run(
     predicted: npt.NDArray[np.float64],
     tenant: npt.NDArray[np.int64],
     weight: npt.NDArray[np.float64],
+    predicted_p50: npt.NDArray[np.float64] | None = None,
+    predicted_p90: npt.NDArray[np.float64] | None = None,
 ) -> KernelRun:
-    """Simulate the tasks (arrays by position; ``tenant`` codes ``0..len(weight)-1``) under
-    policy ``name`` with ``params`` on ``workers`` workers. Precondition: ``available(name)``."""
+    """Simulate the tasks (arrays by position; ``tenant`` codes ``0..len(weight)-1``;
+    quantile predictions NaN where absent, all absent by default) under policy ``name``
+    with ``params`` on ``workers`` workers. Precondition: ``available(name)``. Raises what
+    the policy object would have raised where ``math.fsum`` overflows (Boost's estimate)."""
     functions = compiled()
     assert functions is not None
     spec = KERNELS[name]
@@ -253,6 +315,10 @@ def run(
     submit = np.ascontiguousarray(submit, dtype=np.float64)
     duration = np.ascontiguousarray(duration, dtype=np.float64)
     predicted = np.ascontiguousarray(predicted, dtype=np.float64)
+    p50 = np.ascontiguousarray(np.full(n, math.nan) if predicted_p50 is None else predicted_p50,
+                               dtype=np.float64)
+    p90 = np.ascontiguousarray(np.full(n, math.nan) if predicted_p90 is None else predicted_p90,
+                               dtype=np.float64)
     tenant = np.ascontiguousarray(tenant, dtype=np.int64)
     weight = np.ascontiguousarray(weight if weight.size else np.ones(1), dtype=np.float64)
     arrival = np.argsort(submit, kind="stable").astype(np.int64)
@@ -276,19 +342,23 @@ def run(
     out = np.zeros(8, dtype=np.float64)
     sc = np.zeros(16, dtype=np.int64)
     sg = np.zeros(16, dtype=np.float64)
-    if spec.needs_exp2:
-        address = exp2_loop()
+    if spec.loop is not None:
+        address = f64_loop(spec.loop)
         assert address is not None
         sc[15] = address
-    sizes = spec.sizes(n, nt)
+    sizes = spec.sizes(n, nt, params)
     state = [np.zeros(max(1, sizes.get(a, 1)), dtype=np.int64 if a[0] == "i" else np.float64)
              for a in STATE_ARRAYS]
-    arrays = [arrival, arrival_t, submit, duration, predicted, tenant, weight, ttask, tstart,
-              prm, start, worker, d_task, d_score, d_parts, d_qlen, d_backlog, tq]
+    arrays = [arrival, arrival_t, submit, duration, predicted, p50, p90, tenant, weight, ttask,
+              tstart, prm, start, worker, d_task, d_score, d_parts, d_qlen, d_backlog, tq]
     tail = [rend, rw, ri, idle, out, sc, sg, *state]
     decided = functions[f"sim_{spec.prefix}"](
         n, workers, nt, *(a.ctypes.data for a in arrays), n_parts,
         *(a.ctypes.data for a in tail))
+    if sc[14] == 1:  # what the policy object's math.fsum raises (source_boost.fsum)
+        raise OverflowError("intermediate overflow in fsum")
+    if sc[14] == 2:
+        raise ValueError("-inf + inf in fsum")
     if decided != n:
         raise RuntimeError(f"kernel {name}: {decided} decisions for {n} tasks")
     return KernelRun(start, worker, d_task, d_score, d_parts[: n * n_parts].reshape(n, n_parts),

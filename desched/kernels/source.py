@@ -6,12 +6,14 @@ event loop ``sim_template`` follows DESIGN.md's semantics exactly as ``desched.s
 does; it calls ``policy_init``, ``policy_push``, ``policy_pop`` and ``policy_complete``,
 which ``desched.kernels`` binds to one policy's functions (``<prefix>_init``, ...), passing
 the loop's arrays of the same names. Each policy keeps its state in the generic arrays
-``ia .. if_`` (int64) and ``fa .. ff`` (float64), sized by ``desched.kernels.LAYOUTS``, and
-the scalars ``sc`` (int64) and ``sg`` (float64); ``out`` receives the winner's score and
+``ia .. if_`` (int64) and ``fa .. ff`` (float64), sized by its ``desched.kernels.KernelSpec``,
+and the scalars ``sc`` (int64; ``sc[14]`` an error the policy object would raise, ``sc[15]``
+a numpy loop's address) and ``sg`` (float64); ``out`` receives the winner's score and
 parts. Every float expression is the one the policy object (``desched.policies``) evaluates,
 operand for operand, so the decisions are the same bit for bit (tests/test_kernels.py).
 
-Common inputs: tasks by position (``submit``, ``duration``, ``pred``, ``tenant``), tenant
+Common inputs: tasks by position (``submit``, ``duration``, ``pred``, its quantiles ``p50``
+and ``p90`` (NaN where absent), ``tenant``), tenant
 weights (``weight``, 1.0 when unset: ``x / 1.0`` is ``x``), the positions in arrival order
 (``arrival``, a stable sort by ``submit``, and ``arrival_t``, their times, then ``inf``) and
 the same grouped by tenant (``ttask``, tenant ``k``'s from ``tstart[k]`` to
@@ -40,9 +42,24 @@ def nextafter(x: float, y: float) -> float:
     return math.nextafter(x, y)
 
 
+def exp(x: float) -> float:
+    return math.exp(x)
+
+
+def log1p(x: float) -> float:
+    return math.log1p(x)
+
+
+def sqrt(x: float) -> float:
+    return math.sqrt(x)
+
+
 def call_f64_loop(address: int, x: F64, out: F64, n: int) -> int:
-    """CPython stand-in of the compiled builtin: numpy's exp2 loop (the only one used)."""
-    np.exp2(x[:n], out=out[:n])
+    """CPython stand-in of the compiled builtin: the numpy ufunc whose float64 loop is at
+    ``address`` (``desched.kernels.f64_loop``)."""
+    from desched.kernels import ufunc_at
+
+    ufunc_at(address)(x[:n], out=out[:n])
     return 0
 
 
@@ -218,9 +235,10 @@ def policy_complete(i: int, t: float) -> None:  # bound per policy
 
 
 def sim_template(n: int, workers: int, nt: int, arrival: I64, arrival_t: F64, submit: F64,
-                 duration: F64, pred: F64, tenant: I64, weight: F64, ttask: I64, tstart: I64,
-                 prm: F64, start: F64, worker: I64, d_task: I64, d_score: F64, d_parts: F64,
-                 d_qlen: I64, d_backlog: I64, tq: I64, nparts: int, rend: F64, rw: I64, ri: I64, idle: I64, out: F64, sc: I64,
+                 duration: F64, pred: F64, p50: F64, p90: F64, tenant: I64, weight: F64,
+                 ttask: I64, tstart: I64, prm: F64, start: F64, worker: I64, d_task: I64,
+                 d_score: F64, d_parts: F64, d_qlen: I64, d_backlog: I64, tq: I64, nparts: int,
+                 rend: F64, rw: I64, ri: I64, idle: I64, out: F64, sc: I64,
                  sg: F64, ia: I64, ib: I64, ic: I64, id_: I64, ie: I64, if_: I64, fa: F64,
                  fb: F64, fc: F64, fd: F64, fe: F64, ff: F64) -> int:
     """Run the ``n`` tasks on ``workers`` workers; returns the number of decisions (``n``
@@ -448,6 +466,14 @@ def vtc_init(n: int, nt: int, sc: I64, ib: I64, id_: I64, fc: F64) -> None:
 
 def vtc_push(i: int, t: float, tenant: I64, submit: F64, pred: F64, tstart: I64, prm: F64,
              sc: I64, ia: I64, ib: I64, ic: I64, id_: I64, fa: F64, fb: F64, fc: F64) -> None:
+    first = pred[i] if prm[0] != 0.0 else submit[i]
+    vtc_enqueue(i, first, tenant, submit, tstart, sc, ia, ib, ic, id_, fa, fb, fc)
+
+
+def vtc_enqueue(i: int, first: float, tenant: I64, submit: F64, tstart: I64, sc: I64, ia: I64,
+                ib: I64, ic: I64, id_: I64, fa: F64, fb: F64, fc: F64) -> None:
+    """Queue ``i`` in its tenant's heap by ``(first, submit, position)``, lifting the tenant's
+    counter if it was not backlogged."""
     k = tenant[i]
     if ib[k] == 0:
         # the lift: to the lowest backlogged counter, else the last leaver's
@@ -461,7 +487,6 @@ def vtc_push(i: int, t: float, tenant: I64, submit: F64, pred: F64, tstart: I64,
             floor = fc[sc[1]]
             fc[k] = max(fc[k], floor)
         slot_add(sc, ic, id_, k)
-    first = pred[i] if prm[0] != 0.0 else submit[i]
     ib[k] = task_push(fa, fb, ia, tstart[k], ib[k], first, submit[i], i)
 
 

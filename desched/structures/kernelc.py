@@ -17,9 +17,13 @@ CPython itself; this module translates them to LLVM IR and compiles them with ll
   evaluates one side; comparisons of doubles are IEEE (``!=`` is true on NaN, as in Python);
   ``min``/``max`` of two values return the first unless the second is strictly
   smaller/larger (CPython's rule); ``round`` rounds half to even, ``int`` truncates;
-- calls of other functions of the module, ``isnan``, ``nextafter`` (C's, which CPython's
-  ``math.nextafter`` is) and ``call_f64_loop(address, x, out, n)`` (a numpy ufunc inner
-  loop over ``n`` doubles, so that a kernel computes ``np.exp2`` with numpy's own bits).
+- calls of other functions of the module, ``isnan``, ``nextafter``, ``exp`` and ``log1p``
+  (the C library's, which CPython's ``math.nextafter``, ``math.exp`` and ``math.log1p``
+  call for the arguments the kernels pass: finite, no overflow, ``log1p`` of a non-zero),
+  ``sqrt`` (IEEE's correctly rounded square root, as ``math.sqrt``) and
+  ``call_f64_loop(address, x, out, n)`` (a numpy ufunc inner loop over ``n`` doubles, so
+  that a kernel computes ``np.exp2`` or ``np.exp`` with numpy's own bits, which are not
+  always the C library's).
 
 No fast-math flag is ever set, so LLVM neither reorders nor fuses float operations: every
 double a kernel computes is the one CPython computes from the same source. Compiled machine
@@ -42,7 +46,7 @@ from typing import Any
 
 ARRAY_TYPES = {"I64": "i64", "F64": "f64"}
 BUILTINS = frozenset({"float", "int", "bool", "round", "min", "max", "isnan", "nextafter",
-                      "call_f64_loop"})
+                      "exp", "log1p", "sqrt", "call_f64_loop"})
 """Names the compiler translates itself; a module may define them for CPython (skipped)."""
 SCALAR_TYPES = {"int": "i64", "float": "f64", "bool": "bool", "None": "void"}
 
@@ -113,7 +117,10 @@ class _Module:
         self.externals = {
             "nextafter": ir.Function(self.module, ir.FunctionType(f64, [f64, f64]),
                                      name="nextafter"),
+            "exp": ir.Function(self.module, ir.FunctionType(f64, [f64]), name="exp"),
+            "log1p": ir.Function(self.module, ir.FunctionType(f64, [f64]), name="log1p"),
             "rint": self.module.declare_intrinsic("llvm.rint", [f64]),
+            "sqrt": self.module.declare_intrinsic("llvm.sqrt", [f64]),
         }
 
     def compile(self, exported: Sequence[str]) -> str:
@@ -512,6 +519,9 @@ class _Function:
         if name == "nextafter":
             x, y = (self.coerce(v, t, "f64", node) for v, t in args)
             return b.call(self.mod.externals["nextafter"], [x, y]), "f64"
+        if name in ("exp", "log1p", "sqrt"):
+            (v, t), = args
+            return b.call(self.mod.externals[name], [self.coerce(v, t, "f64", node)]), "f64"
         if name == "call_f64_loop":
             return self.call_loop(node, args)
         if name not in self.mod.functions:
