@@ -106,9 +106,9 @@ def _hrrn_sizes(n: int, nt: int, p: Any = None) -> dict[str, int]:
 
 def _estimator_sizes(n: int, p: Any) -> dict[str, int]:
     """The γ estimate's arrays (``source_boost``): labels, the window's ring, ``fsum``'s
-    partials and the ``exp`` loop's buffers."""
+    partials, the window in order and the ``exp`` loop's buffers."""
     w = int(p.window)
-    return {"fd": w, "fe": 2 * n + 4 * w + 1, "ff": w}
+    return {"fd": w, "fe": 2 * n + 6 * w + 1, "ff": w}
 
 
 def _boost_sizes(n: int, nt: int, p: Any) -> dict[str, int]:

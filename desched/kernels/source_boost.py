@@ -10,8 +10,9 @@ and ``math.fsum``'s exact summation, its special values and its final half-even 
 
 Estimator state (both policies): ``fe`` holds each task's ``c`` (``[0, n)``) and ``θ``
 (``[n, 2n)``), then the window's ring of labels and submit times (``c``, ``θ``, ``submit``,
-``W`` each, oldest at ``sc[12]``, ``sc[11]`` of them) and ``fsum``'s partials (``W + 1``);
-``fd`` and ``ff`` (``W``) the ``exp`` loop's input and output; ``sc[8]`` dispatches,
+``W`` each, oldest at ``sc[12]``, ``sc[11]`` of them), ``fsum``'s partials (``W + 1``) and
+the window's ``c`` and ``θ`` oldest first (``W`` each, copied at each refresh); ``fd`` and
+``ff`` (``W``) the ``exp`` loop's input and output; ``sc[8]`` dispatches,
 ``sc[9]`` running, ``sc[10]`` the most running at once, ``sc[13]`` 1 once γ is known,
 ``sc[14]`` what CPython would have raised (1: ``OverflowError``, 2: ``ValueError``),
 ``sc[15]`` numpy's ``exp`` loop; ``sg[0]`` γ, ``sg[1]`` the mean size; ``prm = window,
@@ -168,22 +169,23 @@ def est_boost(i: int, n: int, prm: F64, sc: I64, sg: F64, fe: F64) -> float:
 
 def est_excess(g: float, lam: float, n: int, prm: F64, sc: I64, fd: F64, fe: F64,
                ff: F64) -> float:
-    """``λ (mean M_l(g) - 1) - g`` over the window's labels, oldest first."""
+    """``λ (mean M_l(g) - 1) - g`` over the window's labels (the refresh's copy, oldest
+    first)."""
     w = int(prm[0])
     cnt = sc[11]
-    head = sc[12]
-    rc = 2 * n
-    rt = rc + w
+    pb = 2 * n + 3 * w
+    oc = pb + w + 1
+    ot = oc + w
     for j in range(cnt):
-        fd[j] = fe[rc + (head + j) % w] * g
+        fd[j] = fe[oc + j] * g
     call_f64_loop(sc[15], fd, ff, cnt)
     for j in range(cnt):
-        gt = fe[rt + (head + j) % w] * g
+        gt = fe[ot + j] * g
         if gt >= 1.0 or fd[j] > MAX_EXPONENT:
             ff[j] = math.inf
         else:
             ff[j] = ff[j] / (1.0 - gt)
-    return float(lam * (fsum(ff, cnt, fe, rt + 2 * w, sc) / cnt - 1.0) - g)
+    return float(lam * (fsum(ff, cnt, fe, pb, sc) / cnt - 1.0) - g)
 
 
 def est_refresh(n: int, prm: F64, sc: I64, sg: F64, fd: F64, fe: F64, ff: F64) -> None:
@@ -194,6 +196,9 @@ def est_refresh(n: int, prm: F64, sc: I64, sg: F64, fd: F64, fe: F64, ff: F64) -
     rc = 2 * n
     rt = rc + w
     rs = rt + w
+    pb = rs + w
+    oc = pb + w + 1
+    ot = oc + w
     lo_s = fe[rs + head]
     hi_s = lo_s
     for j in range(1, cnt):
@@ -203,8 +208,10 @@ def est_refresh(n: int, prm: F64, sc: I64, sg: F64, fd: F64, fe: F64, ff: F64) -
     span = hi_s - lo_s
     for j in range(cnt):
         q = (head + j) % w
+        fe[oc + j] = fe[rc + q]
+        fe[ot + j] = fe[rt + q]
         fd[j] = fe[rc + q] + fe[rt + q]
-    mean_size = fsum(fd, cnt, fe, rs + w, sc) / cnt
+    mean_size = fsum(fd, cnt, fe, pb, sc) / cnt
     if cnt < 2 or span <= 0.0 or mean_size <= 0.0:
         return
     workers = int(prm[1])
@@ -214,9 +221,9 @@ def est_refresh(n: int, prm: F64, sc: I64, sg: F64, fd: F64, fe: F64, ff: F64) -
     rho = lam * mean_size
     if rho >= prm[2]:
         lam = lam * (prm[2] / rho)
-    top = fe[rt + head]
+    top = fe[ot]
     for j in range(1, cnt):
-        x = fe[rt + (head + j) % w]
+        x = fe[ot + j]
         if not isnan(top) and (isnan(x) or x > top):
             top = x
     if top > 0.0:
