@@ -40,7 +40,9 @@ def text(records: list[Any]) -> str:
 
 
 def test_a_pool_runs_calls_in_order_and_only_leaves_this_process_when_told() -> None:
-    assert SERIAL(divmod, [(7, 2), (9, 4)]) == [(3, 1), (2, 1)]
+    ended: list[int] = []
+    assert SERIAL(divmod, [(7, 2), (9, 4)], done=ended.append) == [(3, 1), (2, 1)]
+    assert ended == [0, 1]
     assert not SERIAL.parallel and SERIAL.describe() == "serial"
     assert Pool(jobs=3).describe() == "3 processes"
     assert Pool(jobs=1, address="tcp://x:8786").describe() == "dask at tcp://x:8786"
@@ -52,9 +54,11 @@ def test_evaluation_cells_on_two_processes_equal_the_cells_run_here(two: Pool) -
                      [0, 1])
     args = [(t, p, s, 3) for t, p, s in cells]
     here = SERIAL(run_cell, args)
-    there = two(run_cell, args)
+    ended: list[int] = []
+    there = two(run_cell, args, done=ended.append)
     assert len(here) == 6
     assert text(there) == text(here)
+    assert sorted(ended) == list(range(6))  # each call reported once as it ended
 
 
 def test_the_demo_simulations_on_two_processes_equal_those_run_here(
@@ -120,7 +124,9 @@ def test_a_pool_on_a_dask_cluster_gives_the_serial_results() -> None:
                       dashboard_address=None) as cluster, \
             Pool(address=cluster.scheduler_address) as pool:
         assert pool.parallel
-        assert text(pool(run_cell, args)) == text(SERIAL(run_cell, args))
+        ended: list[int] = []
+        assert text(pool(run_cell, args, done=ended.append)) == text(SERIAL(run_cell, args))
+        assert sorted(ended) == list(range(len(args)))
 
 
 def test_a_submitted_call_runs_beside_the_mapped_ones_and_gives_the_serial_result(
