@@ -121,6 +121,12 @@ def test_progress_bars_stay_quiet_when_stderr_is_not_a_terminal(
     lines("lanl: training on 100 tasks")
     lines.close()
     assert re.fullmatch(r"\[\s+\d+ s\] lanl: training on 100 tasks\n", capsys.readouterr().err)
+    counts = MessageBar(250, "simulate", per_message=True, lines=20)
+    for k in range(1, 251):
+        counts(f"{k}/250 simulated")
+    counts.close()
+    written = [line.split("] ")[1] for line in capsys.readouterr().err.splitlines()]
+    assert written == [f"{k}/250 simulated" for k in (*range(13, 250, 13), 250)]  # 20 lines
 
 
 def test_progress_on_a_terminal_shows_a_bar_with_the_time_left(

@@ -233,6 +233,34 @@ def test_desched_judge_refuses_a_missing_log_in_one_line(tmp_path: Path) -> None
                                                "no such file")]
 
 
+def test_desched_judge_offers_processes_and_refuses_a_bad_dask_address_in_one_line(
+    tmp_path: Path,
+) -> None:
+    help_text = CliRunner().invoke(cli, ["judge", "--help"]).output
+    assert "--jobs INTEGER" in help_text and "--dask ADDRESS" in help_text
+    res = CliRunner().invoke(cli, ["judge", "--logs", str(write_swf(tmp_path / "s.swf", 200, 1)),
+                                   "--dask", "nonsense://x", "--out", str(tmp_path / "out")])
+    assert res.exit_code == 2
+    [line] = res.output.strip().splitlines()
+    assert line.startswith("error: no Dask scheduler at nonsense://x: unknown address scheme")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_desched_judge_on_two_processes_writes_the_serial_judge_json(tmp_path: Path) -> None:
+    logs = ",".join(str(write_swf(tmp_path / f"syn{k}.swf", 500, k)) for k in (1, 2))
+    texts = []
+    for jobs in ("1", "2"):
+        out = tmp_path / f"jobs{jobs}"
+        res = CliRunner().invoke(cli, ["judge", "--logs", logs, "--scenarios", "steady",
+                                       "--max-tasks", "400", "--jobs", jobs, "--out", str(out),
+                                       "--cache", str(tmp_path / "cache")])
+        assert res.exit_code == 0, res.output
+        texts.append(((out / "judge.json").read_bytes(), (out / "judge.md").read_bytes()))
+    assert texts[1] == texts[0]
+    assert len(list((tmp_path / "cache").glob("*.parquet"))) == 3  # both runs share the cache
+
+
 def test_the_report_section_states_only_numbers_of_its_record_and_draws_the_harm_plot(
     tmp_path: Path,
 ) -> None:

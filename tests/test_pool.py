@@ -4,6 +4,7 @@ Results are compared as JSON text (floats written in full, NaN included) or as f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,7 +41,9 @@ def text(records: list[Any]) -> str:
 
 
 def test_a_pool_runs_calls_in_order_and_only_leaves_this_process_when_told() -> None:
-    assert SERIAL(divmod, [(7, 2), (9, 4)]) == [(3, 1), (2, 1)]
+    ended: list[int] = []
+    assert SERIAL(divmod, [(7, 2), (9, 4)], done=ended.append) == [(3, 1), (2, 1)]
+    assert ended == [0, 1]
     assert not SERIAL.parallel and SERIAL.describe() == "serial"
     assert Pool(jobs=3).describe() == "3 processes"
     assert Pool(jobs=1, address="tcp://x:8786").describe() == "dask at tcp://x:8786"
@@ -52,9 +55,11 @@ def test_evaluation_cells_on_two_processes_equal_the_cells_run_here(two: Pool) -
                      [0, 1])
     args = [(t, p, s, 3) for t, p, s in cells]
     here = SERIAL(run_cell, args)
-    there = two(run_cell, args)
+    ended: list[int] = []
+    there = two(run_cell, args, done=ended.append)
     assert len(here) == 6
     assert text(there) == text(here)
+    assert sorted(ended) == list(range(6))  # each call reported once as it ended
 
 
 def test_the_demo_simulations_on_two_processes_equal_those_run_here(
@@ -120,7 +125,9 @@ def test_a_pool_on_a_dask_cluster_gives_the_serial_results() -> None:
                       dashboard_address=None) as cluster, \
             Pool(address=cluster.scheduler_address) as pool:
         assert pool.parallel
-        assert text(pool(run_cell, args)) == text(SERIAL(run_cell, args))
+        ended: list[int] = []
+        assert text(pool(run_cell, args, done=ended.append)) == text(SERIAL(run_cell, args))
+        assert sorted(ended) == list(range(len(args)))
 
 
 def test_a_submitted_call_runs_beside_the_mapped_ones_and_gives_the_serial_result(
@@ -130,3 +137,50 @@ def test_a_submitted_call_runs_beside_the_mapped_ones_and_gives_the_serial_resul
     job = two.submit(run_cell, *args)
     assert text(two(run_cell, [args])) == text([SERIAL.submit(run_cell, *args).result()])
     assert text([job.result()]) == text([run_cell(*args)])
+
+
+def test_a_prefilled_run_takes_the_parameters_of_the_call_that_first_asks_for_it() -> None:
+    from tests.test_holdout import tiny_case
+
+    # one resolved spec, "guarded-sjf?a=5.0&beta=1.0", with strings or with numbers
+    spec, point = "guarded-sjf?beta=1.0&a=5.0", {"a": 5.0, "beta": 1.0}
+    fresh, filled = tiny_case("dev1"), tiny_case("dev1")
+    assert pooled_judge.prefill([(filled, spec, {})]) == 1
+    assert pooled_judge.prefill([(filled, "guarded-sjf", point)]) == 0  # the same run
+    mine = jd.evaluate(filled, "guarded-sjf", point)
+    assert mine.params == point  # the tuner's numbers, not the spec's strings
+    assert mine.model_dump_json() == jd.evaluate(fresh, "guarded-sjf", point).model_dump_json()
+    assert jd.evaluate(filled, spec).params == point  # the first call's, as without the prefill
+
+
+@pytest.mark.parametrize("verdict", ["dev", "held-back"])
+def test_the_judge_tuned_leave_one_log_out_on_prefilled_runs_gives_the_serial_result(
+    verdict: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import desched.simulator
+    from desched.bench.lolo import LoloTuner
+    from tests.test_holdout import tiny_case
+
+    def workloads() -> tuple[list[jd.Case], list[jd.Case] | None]:
+        scenario = dataclasses.replace(tiny_case("steady"), kind="scenario", load=None)
+        logs = [tiny_case("dev1"), tiny_case("dev2")]
+        if verdict == "dev":
+            return [*logs, scenario], None
+        return [tiny_case("held1"), scenario], [*logs, scenario]
+
+    policies = ["guarded-sjf", "hrrn-predicted"]
+    results = []
+    for prefilled in (False, True):
+        cases, training = workloads()
+        tuner = LoloTuner([c for c in (training or cases) if c.kind == "scenario"])
+        if prefilled:
+            runs = pooled_judge.judge_runs(cases, policies, tune=tuner, training_logs=training)
+            todo = len(pooled_judge.pending(runs))
+            assert pooled_judge.prefill(runs) == todo > 0
+            assert pooled_judge.pending(runs) == []
+            if verdict == "dev":  # every run is known ahead: the judge simulates nothing
+                monkeypatch.setattr(desched.simulator, "simulate", None)
+        results.append(jd.run_judge(cases, policies, tune=tuner, training_logs=training))
+        monkeypatch.undo()
+    serial, pooled = results
+    assert pooled.model_dump_json() == serial.model_dump_json()

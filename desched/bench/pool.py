@@ -8,7 +8,8 @@ A ``Pool`` is a ``desched.bench.learning.Mapper``: ``pool(fn, args)`` is
   and kept until ``close``, so that a run of many steps pays the start-up (an import of
   desched, numpy and polars per process: about a second each) once;
 - ``address`` given: on the Dask cluster at that scheduler address (``distributed.Client``),
-  whatever ``jobs`` says.
+  whatever ``jobs`` says; an address that no scheduler answers is a ``DeschedError`` within
+  ``connect_timeout_s`` (``connect``).
 
 Every call is a function of its arguments alone (the simulator and the fits are
 deterministic and take no state from the caller), so the results are the serial run's, bit
@@ -34,9 +35,11 @@ class Pool:
     """A mapper over ``jobs`` processes or a Dask cluster (module docstring); a context
     manager that closes what it started."""
 
-    def __init__(self, jobs: int | None = None, address: str | None = None) -> None:
+    def __init__(self, jobs: int | None = None, address: str | None = None,
+                 connect_timeout_s: float = 10.0) -> None:
         self.jobs = default_jobs() if jobs is None else max(1, int(jobs))
         self.address = address or None
+        self.connect_timeout_s = connect_timeout_s
         self._executor: Executor | None = None
         self._client: Any = None
         self._background: list[Executor] = []
@@ -58,14 +61,29 @@ class Pool:
             return f"dask at {self.address}"
         return f"{self.jobs} processes" if self.jobs > 1 else "serial"
 
-    def __call__(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]) -> list[Any]:
+    def __call__(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], *,
+                 done: Callable[[int], None] | None = None) -> list[Any]:
+        """``[fn(*a) for a in args]``; ``done(i)``, when given, is called here as call ``i``
+        finishes (in the order they finish: progress, not results)."""
         calls = list(args)
         if self.address is not None:
-            return self._dask(fn, calls)
+            return self._dask(fn, calls, done)
         if self.jobs <= 1 or len(calls) <= 1:
-            return [fn(*a) for a in calls]
+            results = []
+            for i, a in enumerate(calls):
+                results.append(fn(*a))
+                if done is not None:
+                    done(i)
+            return results
+        from concurrent.futures import as_completed
+
         executor = self._processes()
         futures = [executor.submit(fn, *a) for a in calls]
+        if done is not None:
+            index = {f: i for i, f in enumerate(futures)}
+            for f in as_completed(futures):
+                if f.exception() is None:
+                    done(index[f])
         return [f.result() for f in futures]
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Job:
@@ -93,16 +111,43 @@ class Pool:
                                                  mp_context=get_context("spawn"))
         return self._executor
 
+    def connect(self) -> None:
+        """Reach the Dask scheduler now (nothing to do without an address), so that a wrong
+        address fails before any work: ``DeschedError`` in one line, at once for an unknown
+        scheme, a missing port or a host that does not resolve, after ``connect_timeout_s``
+        where no scheduler answers."""
+        if self.address is not None:
+            self._dask_client()
+
     def _dask_client(self) -> Any:
         if self._client is None:
             from distributed import Client
+            from distributed.comm.addressing import parse_address
+            from distributed.comm.registry import get_backend
 
-            self._client = Client(self.address, set_as_default=False)  # type: ignore[no-untyped-call]
+            from desched.errors import DeschedError
+
+            try:
+                scheme, location = parse_address(str(self.address))
+                get_backend(scheme).resolve_address(location)  # type: ignore[no-untyped-call]
+                self._client = Client(self.address, timeout=self.connect_timeout_s,  # type: ignore[no-untyped-call]
+                                      set_as_default=False)
+            except (OSError, TimeoutError, ValueError) as exc:
+                reason = " ".join(str(exc).split()) or type(exc).__name__
+                raise DeschedError(f"no Dask scheduler at {self.address}: {reason}") from None
         return self._client
 
-    def _dask(self, fn: Callable[..., Any], calls: list[tuple[Any, ...]]) -> list[Any]:
+    def _dask(self, fn: Callable[..., Any], calls: list[tuple[Any, ...]],
+              done: Callable[[int], None] | None) -> list[Any]:
         client = self._dask_client()
         futures = [client.submit(fn, *a, pure=False) for a in calls]
+        if done is not None:
+            from distributed import as_completed
+
+            index = {f.key: i for i, f in enumerate(futures)}
+            for f in as_completed(futures, loop=client.loop):  # type: ignore[no-untyped-call]
+                if f.status == "finished":
+                    done(index[f.key])
         return list(client.gather(futures))
 
     def close(self) -> None:

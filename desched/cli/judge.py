@@ -58,14 +58,21 @@ def _tuner(target: str | None) -> Any:
               default="data/judge-cache", show_default=True,
               help="Folder caching each workload's test part and predictions.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the cache.")
+@click.option("--jobs", type=click.IntRange(min=1), default=None,
+              help="Processes for the trainings and simulations [default: one per core]; "
+                   "judge.json is the same with any number.")
+@click.option("--dask", "dask_address", default=None, metavar="ADDRESS",
+              help="Run the trainings and simulations on the Dask cluster at this scheduler "
+                   "address instead (an address no scheduler answers is refused in one "
+                   "line).")
 @click.option("--tune", "tune", default=None, metavar="lolo|MODULE:FUNCTION",
               help="Leave-one-log-out tuner: 'lolo' (desched.bench.lolo: each policy's grid, "
                    "chosen by the recommendation rule on the other dev logs) or "
                    "FUNCTION(policy_name, training_cases) -> params; held-back logs are never "
                    "among the training cases [default: fixed defaults].")
 def judge(logs: tuple[str, ...], which: str, scenarios: str, policies: tuple[str, ...],
-          out: Path, max_tasks: int | None, cache: Path, no_cache: bool,
-          tune: str | None) -> None:
+          out: Path, max_tasks: int | None, cache: Path, no_cache: bool, jobs: int | None,
+          dask_address: str | None, tune: str | None) -> None:
     """Judge candidate policies for deployment against today's scorer (ifs-memoryless).
 
     Per real log: train the duration model on the first 70 % of the tasks by submit time,
@@ -76,11 +83,18 @@ def judge(logs: tuple[str, ...], which: str, scenarios: str, policies: tuple[str
     scenario, no harm to mean response, Jain's index or max service lag. The recommendation
     follows desched.bench.rule. Writes OUT/judge.json and OUT/judge.md; progress goes to
     stderr.
+
+    The trainings (one LightGBM thread each) and the simulations known ahead (today's, the
+    bound's, every candidate's, the frontiers', the lolo grid's) run on --jobs processes or
+    the --dask cluster (desched.bench.pooled_judge); the judge then reads their outcomes, so
+    judge.json is the serial run's (--jobs 1), bit for bit.
     """
-    from desched.bench import holdout
+    from desched.bench import holdout, pooled_judge
     from desched.bench import judge as jd
-    from desched.bench.judge_cases import SCENARIO_TEST_SEED, log_name
+    from desched.bench.judge_cases import SCENARIO_TASKS, SCENARIO_TEST_SEED, log_name
+    from desched.bench.pool import Pool
     from desched.cli.progress import MessageBar
+    from desched.models.training import TrainSettings
 
     started = time.perf_counter()
     tuner = None if tune == "lolo" else _tuner(tune)
@@ -103,24 +117,45 @@ def judge(logs: tuple[str, ...], which: str, scenarios: str, policies: tuple[str
         for spec in candidates:
             PolicySpec.parse(spec)
     cache_dir = None if no_cache else cache
-    preparing = MessageBar(len(log_paths) + len(scenario_names), "train and predict",
-                           started=started)
-    try:
-        cases = jd.prepare_cases(log_paths, scenarios=scenario_names, cache_dir=cache_dir,
-                                 max_tasks=max_tasks, progress=preparing, scenario_seed=seed)
-        training: list[jd.Case] | None = None
-        tuning_scenarios = [c for c in cases if c.kind == "scenario"]
-        if which == "held-back" and not logs:
-            training = jd.prepare_cases(dev_paths, scenarios=scenario_names,
-                                        cache_dir=cache_dir, max_tasks=max_tasks,
-                                        progress=preparing)
-            tuning_scenarios = [c for c in training if c.kind == "scenario"]
-    finally:
-        preparing.close()
-    if tune == "lolo":
-        from desched.bench.lolo import LoloTuner
+    # One thread per fit whatever --jobs says: the processes carry the parallelism, and the
+    # models (the same trees as on more threads) and their cache key never depend on --jobs.
+    settings = TrainSettings(num_threads=1)
+    tasks = SCENARIO_TASKS if max_tasks is None else min(max_tasks, SCENARIO_TASKS)
+    held_back_verdict = which == "held-back" and not logs
+    with Pool(jobs, dask_address) as pool:
+        pool.connect()
+        n_cases = len(log_paths) + len(scenario_names)
+        if held_back_verdict:
+            n_cases += len(dev_paths) + len(scenario_names)
+        preparing = MessageBar(n_cases, f"train and predict ({pool.describe()})",
+                               per_message=True, started=started)
+        try:
+            cases = pooled_judge.prepare_cases(
+                [(Path(p), max_tasks) for p in log_paths],
+                [(name, tasks) for name in scenario_names], cache_dir=cache_dir,
+                settings=settings, pool=pool, scenario_seed=seed, progress=preparing)
+            training: list[jd.Case] | None = None
+            tuning_scenarios = [c for c in cases if c.kind == "scenario"]
+            if held_back_verdict:
+                training = pooled_judge.prepare_cases(
+                    [(Path(p), max_tasks) for p in dev_paths],
+                    [(name, tasks) for name in scenario_names], cache_dir=cache_dir,
+                    settings=settings, pool=pool, progress=preparing)
+                tuning_scenarios = [c for c in training if c.kind == "scenario"]
+        finally:
+            preparing.close()
+        if tune == "lolo":
+            from desched.bench.lolo import LoloTuner
 
-        tuner = LoloTuner(tuning_scenarios)
+            tuner = LoloTuner(tuning_scenarios)
+        runs = pooled_judge.pending(pooled_judge.judge_runs(
+            cases, candidates, tune=tuner, training_logs=training))
+        simulating = MessageBar(len(runs), f"simulate ({pool.describe()})", per_message=True,
+                                started=started, lines=20)
+        try:
+            pooled_judge.prefill(runs, pool=pool, progress=simulating)
+        finally:
+            simulating.close()
     judging = MessageBar(len(cases), "judge", started=started)
     try:
         result = jd.run_judge(cases, candidates, tune=tuner, progress=judging,

@@ -27,10 +27,12 @@ class MessageBar:
     """Progress driven by messages ``"<item>: <what>"`` (the judge's): a bar over ``total``
     items, advanced when a message names a new item, or once per message with
     ``per_message``. Piped, each message is a line on stderr prefixed with the elapsed time,
-    as before; on a terminal the message is the bar's postfix."""
+    as before (with ``lines``, only every ``ceil(total / lines)``-th message and the last:
+    about ``lines`` lines however many messages); on a terminal the message is the bar's
+    postfix."""
 
     def __init__(self, total: int, desc: str, *, per_message: bool = False,
-                 started: float | None = None) -> None:
+                 started: float | None = None, lines: int | None = None) -> None:
         import time
 
         self.clock = time.perf_counter
@@ -38,9 +40,15 @@ class MessageBar:
         self.per_message = per_message
         self.bar = bar(total, desc, "item")
         self.current: str | None = None
+        self.total = total
+        self.every = max(1, -(-total // lines)) if lines else 1
+        self.messages = 0
 
     def __call__(self, message: str) -> None:
+        self.messages += 1
         if self.bar.disable:
+            if self.messages % self.every and self.messages != self.total:
+                return
             sys.stderr.write(f"[{self.clock() - self.started:6.0f} s] {message}\n")
             sys.stderr.flush()
             return
