@@ -15,6 +15,9 @@ os.environ.setdefault("PREFECT_HOME", str(ROOT / ".prefect" / "tests"))
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+# Compiled forests shared across registries (desched.models.duration.shared_forest): the
+# project's ignored build/ folder, never the user's ~/.cache.
+os.environ.setdefault("DESCHED_FOREST_CACHE", str(ROOT / "build" / "forest-cache"))
 # Prefect creates its home folder without parents: on a fresh clone .prefect/ is not there yet.
 Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
 

@@ -215,3 +215,94 @@ def test_predicting_a_frame_without_history_columns_computes_them_from_the_frame
         predictor.predict_batch(frame), predictor.predict_batch(with_history(frame)), atol=0
     )
     assert isinstance(frame, pl.DataFrame)
+
+
+def _compiles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The model paths lleaves actually compiles (not loads from an existing object file)."""
+    import lleaves
+
+    calls: list[str] = []
+    original = lleaves.Model.compile
+
+    def spy(self: lleaves.Model, cache: str | None = None, **kw: object) -> None:
+        if cache is None or not Path(cache).exists():
+            calls.append(str(self.model_file))
+        original(self, cache=cache, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(lleaves.Model, "compile", spy)
+    return calls
+
+
+def test_a_model_text_compiled_once_on_this_machine_is_loaded_not_compiled_again(
+    registry: Path, predictor: Predictor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from desched.models.duration import shared_forest
+
+    monkeypatch.setenv("DESCHED_FOREST_CACHE", str(tmp_path / "forests"))
+    calls = _compiles(monkeypatch)
+    first = copy_registry(registry, tmp_path / "a")
+    (first / "v0001" / "model.so").unlink()
+    Predictor.load(first)
+    assert len(calls) == 1  # an empty machine cache: compiled, then published
+    entry = shared_forest(first / "v0001" / "model.txt")
+    assert entry is not None and entry.is_file() and entry.with_suffix(".sha256").is_file()
+
+    second = copy_registry(registry, tmp_path / "b")
+    (second / "v0001" / "model.so").unlink()
+    again = Predictor.load(second)
+    assert len(calls) == 1  # the same text elsewhere: the machine's object code, no compile
+    x = predictor.features_of(generate("steady", tasks=200, tenants=10, seed=9))
+    np.testing.assert_array_equal(again.predict_batch(x), predictor.predict_batch(x))
+
+    # Another model text never takes that entry.
+    other = tmp_path / "other" / "duration"
+    register(other, train(generate("steady", tasks=600, tenants=4, seed=5),
+                          TrainSettings(max_rounds=20)), commit="test")
+    assert len(calls) == 2
+
+
+def test_an_altered_machine_cache_entry_is_ignored_and_replaced(
+    registry: Path, predictor: Predictor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from desched.models.duration import shared_forest
+
+    monkeypatch.setenv("DESCHED_FOREST_CACHE", str(tmp_path / "forests"))
+    root = copy_registry(registry, tmp_path / "a")
+    (root / "v0001" / "model.so").unlink()
+    Predictor.load(root)
+    entry = shared_forest(root / "v0001" / "model.txt")
+    assert entry is not None
+    entry.write_bytes(b"\x7fELF garbage")  # its checksum no longer holds
+    calls = _compiles(monkeypatch)
+    fresh = copy_registry(registry, tmp_path / "b")
+    (fresh / "v0001" / "model.so").unlink()
+    rebuilt = Predictor.load(fresh)
+    assert len(calls) == 1
+    x = predictor.features_of(generate("steady", tasks=200, tenants=10, seed=9))
+    np.testing.assert_allclose(rebuilt.predict_batch(x), predictor.predict_batch(x), atol=1e-12)
+    assert entry.read_bytes() == (fresh / "v0001" / "model.so").read_bytes()
+
+
+def test_the_machine_cache_off_writes_nothing_and_a_read_only_one_still_compiles(
+    registry: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    monkeypatch.setenv("DESCHED_FOREST_CACHE", "off")
+    root = copy_registry(registry, tmp_path / "a")
+    (root / "v0001" / "model.so").unlink()
+    Predictor.load(root)
+    assert (root / "v0001" / "model.so").is_file()
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        monkeypatch.setenv("DESCHED_FOREST_CACHE", str(locked / "forests"))
+        other = copy_registry(registry, tmp_path / "b")
+        (other / "v0001" / "model.so").unlink()
+        assert Predictor.load(other).version == "v0001"
+        if os.geteuid() != 0:  # root writes anywhere: only the load is checked then
+            assert not (locked / "forests").exists()
+    finally:
+        locked.chmod(0o700)

@@ -25,6 +25,8 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import math
+import os
+import shutil
 import tempfile
 import threading
 from collections import deque
@@ -107,9 +109,82 @@ class CompiledForest:
         return out
 
 
+FOREST_CACHE_ENV = "DESCHED_FOREST_CACHE"
+"""A folder of compiled forests shared by every registry on this machine (``off``: none);
+default ``$XDG_CACHE_HOME/desched/forests`` (``~/.cache/desched/forests``)."""
+
+
+def shared_forest_dir() -> Path | None:
+    """The machine's folder of compiled forests (``FOREST_CACHE_ENV``), or None when off."""
+    value = os.environ.get(FOREST_CACHE_ENV)
+    if value is not None:
+        return None if value.strip() in {"", "off"} else Path(value)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "desched" / "forests"
+
+
+def shared_forest(model_path: Path) -> Path | None:
+    """Where the machine's cache keeps ``model_path`` compiled: named by the SHA-256 of the
+    model text, the host CPU (``host_target``) and the lleaves and llvmlite versions, so an
+    entry is only ever the object code lleaves would build here for that text."""
+    folder = shared_forest_dir()
+    if folder is None:
+        return None
+    from importlib.metadata import version
+
+    digest = hashlib.sha256(model_path.read_bytes())
+    for part in (host_target(), version("lleaves"), version("llvmlite")):
+        digest.update(b"\0" + part.encode())
+    return folder / f"{digest.hexdigest()[:32]}.so"
+
+
+def _entry_ok(entry: Path) -> bool:
+    """An entry counts only beside its own checksum (a torn or altered file is ignored)."""
+    try:
+        return entry.with_suffix(".sha256").read_text().strip() == file_sha256(entry)
+    except OSError:
+        return False
+
+
+def _publish(compiled: Path, entry: Path) -> None:
+    """Copy ``compiled`` into the machine's cache: object code, then its checksum, each by
+    an atomic rename (a reader sees both or ignores the entry)."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    for data, target in ((compiled.read_bytes(), entry),
+                         (file_sha256(compiled).encode(), entry.with_suffix(".sha256"))):
+        fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
 def compile_model(model_path: Path, cache_path: Path) -> CompiledForest:
-    """Compile ``model_path`` (once; later loads read the cached ``cache_path``)."""
-    return CompiledForest(model_path, cache_path)
+    """Compile ``model_path`` (once; later loads read the cached ``cache_path``).
+
+    A model text this machine has compiled before (a retraining that gives the same trees,
+    the demo run again, a version copied to another registry) is not compiled again: its
+    object code comes from ``shared_forest`` when the entry's checksum holds. The machine's
+    cache is an optimisation only: an error reading or writing it compiles as without it."""
+    try:
+        entry = shared_forest(model_path)
+    except OSError:
+        entry = None
+    if entry is not None and not cache_path.exists() and _entry_ok(entry):
+        try:
+            shutil.copyfile(entry, cache_path)
+        except OSError:
+            cache_path.unlink(missing_ok=True)
+    forest = CompiledForest(model_path, cache_path)
+    if entry is not None and cache_path.is_file() and not _entry_ok(entry):
+        try:
+            _publish(cache_path, entry)
+        except OSError:
+            pass  # a read-only or full cache folder: the next load compiles again
+    return forest
 
 
 class Predictor:
