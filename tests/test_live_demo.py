@@ -265,12 +265,17 @@ def test_keep_leaves_the_service_page_prefect_ui_and_working_workers_up_until_it
         assert http.get(f"{prefect_url}/api/health").json() is True
         ui = http.get(f"{prefect_url}/", headers={"Accept": "text/html"}, follow_redirects=True)
         assert ui.status_code == 200 and "<title>Prefect Server</title>" in ui.text, ui.text[:500]
-        # each worker is a running flow run there, so the UI shows its steps
-        flow_runs = http.post(f"{prefect_url}/api/flow_runs/filter", json={
-            "flows": {"name": {"any_": ["enrichment-worker"]}},
-            "flow_runs": {"state": {"type": {"any_": ["RUNNING"]}}},
-        })
-        assert flow_runs.status_code == 200 and len(flow_runs.json()) == 2, flow_runs.text
+        # Each worker is a running flow run there, so the UI shows its steps (a worker
+        # that got no task before the queue drained may still be starting its run).
+        def running_workers() -> list[str]:
+            runs = http.post(f"{prefect_url}/api/flow_runs/filter", json={
+                "flows": {"name": {"any_": ["enrichment-worker"]}},
+                "flow_runs": {"state": {"type": {"any_": ["RUNNING"]}}},
+            })
+            assert runs.status_code == 200, runs.text
+            return [run["name"] for run in runs.json()]
+
+        assert wait_until(lambda: len(running_workers()) == 2, 60.0), running_workers()
 
         # The workers still take work: a tenant added now (as `desched tenants add` does)
         # submits a receipt, and it is done.
