@@ -8,7 +8,8 @@ which floods the queue at the start while the others submit steadily, and an ope
 flood in numbers; then ingests the decision logs into a DuckDB warehouse and retrains the
 duration and peak-memory models with the pipeline's flows. Every process it starts is
 stopped by its own handle, also on error or Ctrl-C, unless ``--keep`` leaves the service,
-the Prefect server and the workers running (their addresses and process ids are printed).
+the Prefect server and the workers running (their addresses are printed, and the line that
+stops them: ``stop_line``).
 """
 
 from __future__ import annotations
@@ -316,13 +317,13 @@ def live_demo(
         )
         click.echo(flood_in_numbers(state_db))
         if keep:
-            pids = [p.pid for p in (server, service, *procs) if p is not None]
+            others = [p.pid for p in (service, server) if p is not None]
             click.echo(
                 f"\nleft running (--keep):\n  operator page  {service_url}/ui#token="
                 f"{operator_token}\n  service        {service_url} (/metrics, /healthz)\n"
                 f"  prefect UI     {prefect_ui}\n  workers        {len(procs)} (logs "
-                f"{folder}/worker-*.log)\nstop them with: kill -- "
-                + " ".join(f"-{pid}" for pid in pids)
+                f"{folder}/worker-*.log)\nstop them with: "
+                + stop_line([p.pid for p in procs], others)
             )
         lost = {o.tenant: o.lost for o in outcomes if o.lost}
         if lost:
@@ -331,6 +332,18 @@ def live_demo(
                 + ", ".join(f"{t}: {', '.join(ids[:3])}" for t, ids in lost.items())
                 + f"); see {folder / 'service.log'}"
             )
+
+
+def stop_line(worker_pids: list[int], other_pids: list[int]) -> str:
+    """One ``sh`` line that stops what ``--keep`` left running, each child by its process
+    group (SIGTERM): the workers first, then, once they are gone or 30 s have passed, the
+    service and the Prefect server. The order matters: a worker ended after its Prefect
+    server never exits (Prefect's log and event queues wait for the server at exit)."""
+    workers = " ".join(f"-{pid}" for pid in worker_pids)
+    alive = " || ".join(f"kill -0 {pid}" for pid in worker_pids)
+    others = " ".join(f"-{pid}" for pid in other_pids)
+    return (f"sh -c 'kill -- {workers}; i=0; while {{ {alive}; }} 2>/dev/null "
+            f"&& [ $((i+=1)) -le 150 ]; do sleep 0.2; done; kill -- {others}'")
 
 
 @contextmanager
