@@ -34,6 +34,7 @@ from desched.kernels.source import (
     task_pop,
     task_push,
     vtc_enqueue,
+    vtc_init,
     vtc_pop,
 )
 
@@ -320,12 +321,7 @@ def boost_complete(i: int, t: float, sc: I64) -> None:
 def fboost_init(n: int, nt: int, pred: F64, p50: F64, p90: F64, sc: I64, ib: I64, id_: I64,
                 fc: F64, fe: F64) -> None:
     est_init(n, pred, p50, p90, sc, fe)
-    sc[0] = 0
-    sc[1] = -1
-    for k in range(nt):
-        ib[k] = 0
-        id_[k] = -1
-        fc[k] = 0.0
+    vtc_init(n, nt, sc, ib, id_, fc)
 
 
 def fboost_push(i: int, t: float, n: int, tenant: I64, submit: F64, tstart: I64, prm: F64,
