@@ -160,7 +160,7 @@ def test_an_enrichment_worker_flow_completes_tasks_with_real_duration_and_peak_m
             idle_exit_s=1.0,
             poll_interval_s=0.05,
         )
-        assert summary["completed"] == 7 and summary["failed"] == 1, summary
+        assert summary.completed == 7 and summary.failed == 1, summary
 
         views = [http.get(f"/v1/tasks/{t}", headers=auth(tokens.tenant_a)).json() for t in task_ids]
     assert [v["state"] for v in views] == ["done"] * 7 + ["dead"]

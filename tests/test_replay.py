@@ -33,9 +33,9 @@ def test_a_replay_submits_the_scenario_completes_it_but_the_tail_and_the_service
         state = httpx.get(f"{service.url}/ui/state", headers=auth(operator)).json()
     finally:
         service.stop()
-    assert sum(out["submitted"].values()) == 120 and out["left_queued"] == 10
-    assert sum(out["completed"].values()) == 110
-    assert set(out["submitted"]) == {"replay-flood", "replay-t00", "replay-t01", "replay-t02"}
+    assert sum(out.submitted.values()) == 120 and out.left_queued == 10
+    assert sum(out.completed.values()) == 110
+    assert set(out.submitted) == {"replay-flood", "replay-t00", "replay-t01", "replay-t02"}
     assert sum(t["queued"] for t in state["tenants"]) == 10
     assert sum(t["done"] for t in state["tenants"]) == 110
     records = [json.loads(line) for f in (tmp_path / "logs").glob("*.jsonl")

@@ -246,7 +246,7 @@ def test_the_retrain_flow_registers_a_version_and_publishes_its_report(
 
     trace = write_trace(small_trace(1500, seed=11), tmp_path / "trace.parquet")
     out = retrain_duration_model(trace=str(trace), registry=str(tmp_path / "reg"), max_rounds=60)
-    assert out["verdict"] == "promoted" and out["version"] == "v0001"
+    assert out.verdict == "promoted" and out.version == "v0001"
     report = Artifact.get("duration-model-report")
     assert (
         report is not None
@@ -382,11 +382,11 @@ def test_the_nightly_retrain_fits_one_model_per_workload_and_skips_a_small_one(
         str(tmp_path / "logs/new/decision-log.parquet"): small_trace(50, seed=2),
     })
     out = retrain_duration_model(db=str(db), registry="reg", max_rounds=60)
-    assert out["trained"] == 2 and "nothing_to_train" not in out
-    by_key = out["workloads"]
-    assert by_key["logs-new"]["skipped"].startswith("50 completions")
+    assert out.trained == 2 and out.nothing_to_train is None
+    by_key = out.workloads
+    assert by_key["logs-new"].skipped.startswith("50 completions")
     for key, trace in (("logs-steady", steady), ("logs-heavy", heavy)):
-        assert by_key[key]["version"] == "v0001" and by_key[key]["verdict"] == "promoted"
+        assert by_key[key].version == "v0001" and by_key[key].verdict == "promoted"
         card = json.loads((tmp_path / "reg" / key / "v0001" / "card.json").read_text())
         # the model saw this workload's tasks and no other's
         assert card["data_window"]["rows"] == trace.height
@@ -401,20 +401,21 @@ def test_the_nightly_retrain_on_a_fresh_setup_completes_with_nothing_to_train(
 ) -> None:
     from desched.flows.enrich import retrain_memory_model
     from desched.flows.retrain import retrain_duration_model
+    from desched.tasks.enrich import NothingToTrain
     from desched.warehouse.schema import open_warehouse
 
     missing = str(tmp_path / "none.duckdb")
     state = retrain_duration_model(db=missing, registry=str(tmp_path / "r"), return_state=True)
     assert state.is_completed(), state.message
-    assert "no warehouse" in state.result()["nothing_to_train"]
+    assert "no warehouse" in state.result().nothing_to_train
     empty = tmp_path / "empty.duckdb"
     open_warehouse(empty).close()  # what the first ingest-logs run leaves: tables, no rows
     out = retrain_duration_model(db=str(empty), registry=str(tmp_path / "r"))
-    assert out["trained"] == 0 and "no successful completion" in out["nothing_to_train"]
+    assert out.trained == 0 and "no successful completion" in out.nothing_to_train
     for db in (missing, str(empty)):
         state = retrain_memory_model(db_path=db, out=str(tmp_path / "m"), return_state=True)
         assert state.is_completed(), state.message
-        assert "nothing_to_train" in state.result()
+        assert isinstance(state.result(), NothingToTrain)
     assert not (tmp_path / "r").exists() and not (tmp_path / "m").exists()
 
 

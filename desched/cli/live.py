@@ -436,24 +436,25 @@ from desched.flows.ingest import ingest_logs
 summary = ingest_logs(logs_dir={str(logs)!r}, db_path={str(warehouse)!r})
 print("ingest:", summary.line())
 try:
-    from desched.flows.retrain import retrain_duration_model
+    from desched.flows.retrain import SkippedWorkload, retrain_duration_model
     out = retrain_duration_model(db={str(warehouse)!r}, registry={str(folder / "models" / "duration")!r}, min_rows=40)
-    if out.get("nothing_to_train"):
-        print("duration model: nothing to train:", out["nothing_to_train"])
-    for key, card in out["workloads"].items():
-        if "skipped" in card:
-            print("duration model", key + ": skipped:", card["skipped"])
+    if out.nothing_to_train:
+        print("duration model: nothing to train:", out.nothing_to_train)
+    for key, card in out.workloads.items():
+        if isinstance(card, SkippedWorkload):
+            print("duration model", key + ": skipped:", card.skipped)
         else:
-            print("duration model", key + ":", card["version"], card["verdict"], "-", card["reason"])
+            print("duration model", key + ":", card.version, card.verdict, "-", card.reason)
 except Exception as exc:
     print("duration model: not trained:", type(exc).__name__, str(exc)[:300])
 try:
     from desched.flows.enrich import retrain_memory_model
+    from desched.tasks.enrich import NothingToTrain
     card = retrain_memory_model(db_path={str(warehouse)!r}, out={str(folder / "models" / "memory")!r})
-    if "nothing_to_train" in card:
-        raise RuntimeError(card["nothing_to_train"])
-    print("memory model:", card["rows"], "rows, held-out MAE", round(card["metrics"]["mae_mb"], 3), "MiB",
-          "(per-type median:", round(card["metrics"]["baseline_type_median_mae_mb"], 3), "MiB)")
+    if isinstance(card, NothingToTrain):
+        raise RuntimeError(card.nothing_to_train)
+    print("memory model:", card.rows, "rows, held-out MAE", round(card.metrics.mae_mb, 3), "MiB",
+          "(per-type median:", round(card.metrics.baseline_type_median_mae_mb, 3), "MiB)")
 except Exception as exc:
     print("memory model: not trained:", type(exc).__name__, str(exc)[:300])
 """

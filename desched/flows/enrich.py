@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from typing import Any, cast
+from typing import cast
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
@@ -27,7 +27,10 @@ from desched.enrich.documents import DEFAULT_SROIE
 from desched.enrich.embedding import ModelChoice
 from desched.enrich.memory import available_mb
 from desched.errors import DeschedError
+from desched.models.cards import MemoryCard
+from desched.records import Record
 from desched.tasks.enrich import (
+    NothingToTrain,
     enrich_batch,
     load_enricher,
     report_batch,
@@ -37,6 +40,22 @@ from desched.tasks.replay import worker_token
 
 DEFAULT_DB = "data/warehouse.duckdb"
 MAX_IDLE_SLEEP_S = 2.0
+
+
+class WorkerSummary(Record):
+    """What an enrichment worker's run did (tasks by outcome, batches) and how it ran; its
+    fields in order are the rows of the ``enrichment-worker`` artifact."""
+
+    completed: int
+    late: int
+    failed: int
+    cancelled: int
+    batches: int
+    worker_id: str
+    model: str
+    device: str
+    max_batch: int
+    mem_budget_mb: float
 
 
 @flow(name="enrichment-worker")
@@ -56,7 +75,7 @@ def enrichment_worker(
     idle_exit_s: float | None = 30.0,
     poll_interval_s: float = 0.2,
     heartbeat_s: float = 5.0,
-) -> dict[str, Any]:
+) -> WorkerSummary:
     """Poll, enrich, store, complete, until ``max_tasks`` or ``idle_exit_s``.
 
     ``service_url``: the service's address, or several separated by commas (an active
@@ -139,17 +158,21 @@ def enrichment_worker(
                 idle_since = time.monotonic()
     finally:
         client.close()
-    summary = {
-        **totals,
-        "worker_id": ident,
-        "model": enricher.embedder.name,
-        "device": where,
-        "max_batch": batch_cap,
-        "mem_budget_mb": budget,
-    }
+    summary = WorkerSummary(
+        completed=totals["completed"],
+        late=totals["late"],
+        failed=totals["failed"],
+        cancelled=totals["cancelled"],
+        batches=totals["batches"],
+        worker_id=ident,
+        model=enricher.embedder.name,
+        device=where,
+        max_batch=batch_cap,
+        mem_budget_mb=budget,
+    )
     create_table_artifact(
         key="enrichment-worker",
-        table=[{"what": k, "value": v} for k, v in summary.items()],
+        table=[{"what": k, "value": v} for k, v in summary.model_dump().items()],
         description=f"enrichment worker {ident}: {totals['completed']} documents enriched",
     )
     logger.info(
@@ -161,20 +184,22 @@ def enrichment_worker(
 
 
 @flow(name="retrain-memory-model")
-def retrain_memory_model(db_path: str = DEFAULT_DB, out: str = "models/memory") -> dict[str, Any]:
+def retrain_memory_model(
+    db_path: str = DEFAULT_DB, out: str = "models/memory"
+) -> MemoryCard | NothingToTrain:
     """Train the peak-memory model on the warehouse's completion records and register it as
     the champion of the registry ``out`` (read by ``desched serve`` through
-    DESCHED_MEMORY_MODEL); returns its card, or ``{"nothing_to_train": reason}`` on a fresh
-    set-up (no warehouse, or too few completions with a peak memory), a run that completes."""
+    DESCHED_MEMORY_MODEL); returns its card, or why nothing was trained on a fresh set-up (no
+    warehouse, or too few completions with a peak memory), a run that completes."""
     from desched.tasks.enrich import train_memory
 
     logger = get_run_logger()
     card = train_memory(db_path, out)
-    if "nothing_to_train" in card:
-        logger.info("nothing to train: %s", card["nothing_to_train"])
+    if isinstance(card, NothingToTrain):
+        logger.info("nothing to train: %s", card.nothing_to_train)
         return card
     logger.info(
         "memory model %s: %s rows, held-out MAE %.2f MiB",
-        card["version"], card["rows"], card["metrics"]["mae_mb"],
+        card.version, card.rows, card.metrics.mae_mb,
     )
     return card

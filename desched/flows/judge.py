@@ -8,14 +8,22 @@ Every step logs through the run logger, so the Prefect UI shows where it is.
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import flow, get_run_logger
 
+from desched.records import Record
 from desched.tasks import judge as t
 
 SCENARIO_TASKS = 20_000
 """Tasks of a no-harm scenario at most (``desched.bench.judge_cases.SCENARIO_TASKS``)."""
+
+
+class JudgeRun(Record):
+    """Where a judge run wrote ``judge.json`` and ``judge.md``, and the policy it recommends
+    (None: none beats today's scorer)."""
+
+    judge_json: str
+    judge_md: str
+    recommendation: str | None
 
 
 @flow(name="judge")
@@ -25,7 +33,7 @@ def judge(
     policies: list[str] | None = None,
     max_tasks: int | None = None,
     out: str = "data/judge",
-) -> dict[str, Any]:
+) -> JudgeRun:
     """Judge the candidates (default: every policy that ranks on ``predicted_s``) against
     today's scorer on ``logs`` (default: the six bundled SWF logs) and the no-harm
     ``scenarios`` (default: steady and flood); ``max_tasks`` keeps the first N tasks of each
@@ -42,5 +50,5 @@ def judge(
     json_path, md_path = t.write_judge(result, out)
     log.info("recommendation: %s (%s); %s", result.recommendation or "none",
              result.recommendation_reason, md_path)
-    return {"judge_json": json_path, "judge_md": md_path,
-            "recommendation": result.recommendation}
+    return JudgeRun(judge_json=json_path, judge_md=md_path,
+                    recommendation=result.recommendation)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
 
 from prefect import flow, get_run_logger
 
@@ -30,7 +29,7 @@ def replay_log(
     tenants: int = 6,
     seed: int = 0,
     leave_queued: int = 24,
-) -> dict[str, Any]:
+) -> t.Replayed:
     """Replay ``tasks`` tasks of ``scenario`` (``tenants`` tenants, ``seed``) into the service
     at ``service_url``; leave ``leave_queued`` of them queued for the enrichment workers.
 
@@ -57,5 +56,4 @@ def replay_log(
     t.publish_replay(replayed, scenario, service_url)
     log.info("replayed %d tasks: %d completed, %d left queued, in %.1f s", len(planned),
              sum(completed.values()), replayed.left_queued, replayed.seconds)
-    return {"submitted": replayed.submitted, "completed": replayed.completed,
-            "left_queued": replayed.left_queued, "seconds": replayed.seconds}
+    return replayed

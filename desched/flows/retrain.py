@@ -15,13 +15,14 @@ trace or an SWF log into ``registry`` itself::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Self
 
 from prefect import flow, get_run_logger
 
 from desched.errors import DeschedError
-from desched.models.cards import DurationCard
+from desched.models.cards import DurationCard, Outcome, Scores
 from desched.models.training import TrainSettings, workload_key
+from desched.records import Record
 from desched.tasks.retrain import (
     load_training_data,
     load_workloads,
@@ -37,15 +38,52 @@ MIN_ROWS = 200
 for training; below this the held-out slice is too small to judge a promotion)."""
 
 
-def _summary(card: DurationCard) -> dict[str, Any]:
-    return {
-        "version": card.version,
-        "verdict": card.verdict,
-        "reason": card.reason,
-        "objective": card.objective,
-        "metrics": card.metrics.model_dump(),
-        "baselines": {name: b.model_dump() for name, b in card.baselines.items()},
-    }
+class DurationSummary(Record):
+    """A registered duration-model version as a retrain reports it: its verdict and why, and
+    its held-out scores beside the baselines'."""
+
+    version: str
+    verdict: Outcome
+    reason: str
+    objective: str
+    metrics: Scores
+    baselines: dict[str, Scores]
+
+    @classmethod
+    def of(cls, card: DurationCard, **more: str) -> Self:
+        """The summary of ``card``; ``more``: a subclass's own fields."""
+        return cls(
+            **more,
+            version=card.version,
+            verdict=card.verdict,
+            reason=card.reason,
+            objective=card.objective,
+            metrics=card.metrics,
+            baselines=card.baselines,
+        )
+
+
+class TrainedWorkload(DurationSummary):
+    """A workload of the warehouse that got a model version, and the log folder it is."""
+
+    folder: str
+
+
+class SkippedWorkload(Record):
+    """A workload of the warehouse left untrained (fewer than ``min_rows`` completions)."""
+
+    folder: str
+    skipped: str
+
+
+class WarehouseRetrain(Record):
+    """A retrain on the warehouse: each workload's version or why it was skipped, the number
+    trained, and why nothing was (None when a model was trained)."""
+
+    db: str
+    workloads: dict[str, TrainedWorkload | SkippedWorkload]
+    trained: int
+    nothing_to_train: str | None = None
 
 
 @flow(name="retrain-duration-model")
@@ -56,14 +94,14 @@ def retrain_duration_model(
     max_rounds: int = 400,
     seed: int = 0,
     min_rows: int = MIN_ROWS,
-) -> dict[str, Any]:
+) -> DurationSummary | WarehouseRetrain:
     """Train on ``db`` (DuckDB warehouse; the default when neither is given), one model per
     workload, or on ``trace`` (Parquet trace or SWF log), one model; register each version and
     publish its report.
 
     Returns, for ``trace``, the card's summary (version, verdict, reason, metrics); for
-    ``db``, ``{"workloads": {key: summary or {"skipped": reason}}, "trained": n, "db": db}``,
-    ``trained`` 0 and a ``nothing_to_train`` reason when the warehouse holds no completion.
+    ``db``, each workload's summary or why it was skipped and the number trained, ``trained``
+    0 and a ``nothing_to_train`` reason when the warehouse holds no completion.
     """
     logger = get_run_logger()
     if db and trace:
@@ -76,36 +114,38 @@ def retrain_duration_model(
         )
         publish_report(card)
         logger.info("%s %s: %s", card.version, card.verdict, card.reason)
-        return _summary(card)
+        return DurationSummary.of(card)
 
     db = db or str(DEFAULT_DB)
-    out: dict[str, Any] = {"db": db, "workloads": {}, "trained": 0}
     if not Path(db).is_file():
-        out["nothing_to_train"] = f"no warehouse at {db} yet (the ingest-logs flow creates it)"
-        logger.info("nothing to train: %s", out["nothing_to_train"])
-        return out
+        why = f"no warehouse at {db} yet (the ingest-logs flow creates it)"
+        logger.info("nothing to train: %s", why)
+        return WarehouseRetrain(db=db, workloads={}, trained=0, nothing_to_train=why)
     workloads = load_workloads(db)
     if not workloads:
-        out["nothing_to_train"] = f"{db} holds no successful completion record yet"
-        logger.info("nothing to train: %s", out["nothing_to_train"])
-        return out
+        why = f"{db} holds no successful completion record yet"
+        logger.info("nothing to train: %s", why)
+        return WarehouseRetrain(db=db, workloads={}, trained=0, nothing_to_train=why)
     logger.info("%d workloads in %s: %s", len(workloads), db, ", ".join(workloads))
+    done: dict[str, TrainedWorkload | SkippedWorkload] = {}
+    trained = 0
     for folder, frame in workloads.items():
         key = workload_key(folder)
         if frame.height < min_rows:
             reason = f"{frame.height} completions, fewer than min_rows={min_rows}"
-            out["workloads"][key] = {"folder": folder, "skipped": reason}
+            done[key] = SkippedWorkload(folder=folder, skipped=reason)
             logger.info("%s: skipped (%s)", key, reason)
             continue
         result = train_duration_model(frame, settings, source=f"{db}:{folder}", workload=key)
         card = register_version(str(Path(registry) / key), result)
         publish_report(card, key)
-        out["workloads"][key] = {"folder": folder, **_summary(card)}
-        out["trained"] += 1
+        done[key] = TrainedWorkload.of(card, folder=folder)
+        trained += 1
         logger.info(
             "%s: %s %s on %d tasks: %s", key, card.version, card.verdict, frame.height, card.reason
         )
-    if not out["trained"]:
-        out["nothing_to_train"] = f"no workload has {min_rows} completions yet"
-        logger.info("nothing to train: %s", out["nothing_to_train"])
-    return out
+    if trained:
+        return WarehouseRetrain(db=db, workloads=done, trained=trained)
+    why = f"no workload has {min_rows} completions yet"
+    logger.info("nothing to train: %s", why)
+    return WarehouseRetrain(db=db, workloads=done, trained=0, nothing_to_train=why)

@@ -19,6 +19,8 @@ from desched.enrich.documents import BadDocumentRef, read_document
 from desched.enrich.embedding import ModelChoice, load_embedder
 from desched.enrich.pipeline import TASK_TYPES, Enricher, EnrichResult, EnrichTask
 from desched.enrich.results import result_ref, store_results
+from desched.models.cards import MemoryCard
+from desched.records import Record
 
 RETRY_DELAYS_S = [1.0, 5.0, 15.0]
 
@@ -116,16 +118,23 @@ def report_batch(
     return counts
 
 
+class NothingToTrain(Record):
+    """Why a retrain trained nothing (no warehouse yet, or too few completions): a run that
+    completes, not a failure."""
+
+    nothing_to_train: str
+
+
 @task(name="train-memory-model", **_WAREHOUSE_IO)
-def train_memory(db_path: str, out: str) -> dict[str, Any]:
+def train_memory(db_path: str, out: str) -> MemoryCard | NothingToTrain:
     """Completion records of the warehouse -> a new version of the peak-memory model registry
-    ``out``, promoted to champion; its card, as JSON. With no warehouse yet, or fewer
-    completions with a peak memory than the model needs, ``{"nothing_to_train": reason}``."""
+    ``out``, promoted to champion; its card. With no warehouse yet, or fewer completions with
+    a peak memory than the model needs, why nothing was trained."""
     from desched.models.memory_training import MIN_ROWS, train_memory_model, training_rows
     from desched.models.promotion import register
 
     if not Path(db_path).is_file():
-        return {"nothing_to_train": f"no warehouse at {db_path} yet"}
+        return NothingToTrain(nothing_to_train=f"no warehouse at {db_path} yet")
     con = duckdb.connect(db_path, read_only=True)
     try:
         frame = con.sql("SELECT * FROM completions").pl()
@@ -133,8 +142,8 @@ def train_memory(db_path: str, out: str) -> dict[str, Any]:
         con.close()
     n = training_rows(frame).height if frame.height else 0
     if n < MIN_ROWS:
-        return {
-            "nothing_to_train": f"{db_path}: {n} completions with peak memory (need {MIN_ROWS})"
-        }
+        return NothingToTrain(
+            nothing_to_train=f"{db_path}: {n} completions with peak memory (need {MIN_ROWS})"
+        )
     result = train_memory_model(frame, source=f"{db_path}:completions")
-    return register(out, result).model_dump(mode="json")
+    return register(out, result)
