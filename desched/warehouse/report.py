@@ -70,23 +70,6 @@ class IngestSummary:
 
         return [f"skipped {shown(p)}: {why}" for p, why in self.files_skipped.items()]
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "files_seen": self.files_seen,
-            "files_read": self.files_read,
-            "files_quarantined": self.files_quarantined,
-            "files_failed": self.files_failed,
-            "files_skipped": self.files_skipped,
-            "rows_loaded": self.rows_loaded,
-            "decisions_loaded": self.decisions_loaded,
-            "completions_loaded": self.completions_loaded,
-            "rows_quarantined": self.rows_quarantined,
-            "quarantined_by_rule": self.quarantined_by_rule,
-            "gx_rows_checked": self.gx_rows_checked,
-            "gx_unexpected": self.gx_unexpected,
-            "counts": self.counts,
-        }
-
 
 def summarize(
     reports: Sequence[FileReport],
