@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from desched.errors import DeschedError
+from desched.records import Record
 
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
@@ -20,6 +21,80 @@ DEFAULT_WINDOWS = 20
 MAX_WINDOWS = 1000  # a run is cut into at most this many windows (window_edges)
 PAIR_CHUNK = 1 << 21  # (tenant, window) points evaluated at once in _window_lags
 BOUNDED_SLOWDOWN_FLOOR_S = 10.0
+
+
+class TenantMetrics(Record):
+    """One tenant's figures of a run (``summarize``)."""
+
+    tasks: int
+    mean_wait_s: float
+    p99_wait_s: float
+    mean_slowdown: float
+    service_s: float
+
+
+class WindowMetrics(Record):
+    """One window of a run: tasks submitted in it, Jain's index over the per-tenant mean
+    slowdown of those tasks (NaN without any), the service lag among the tenants backlogged
+    throughout it and how many those were."""
+
+    start_s: float
+    end_s: float
+    tasks: int
+    jain_slowdown: float
+    service_lag_s: float
+    backlogged_tenants: int
+
+
+class WindowDrift(Record):
+    """Scalar summaries of a run's windows: mean and minimum windowed Jain's index (over
+    the ``jain_windows`` windows with submissions) and mean service lag (over the
+    ``lag_windows`` windows with at least two tenants backlogged throughout)."""
+
+    window_jain_mean: float
+    window_jain_min: float
+    window_lag_mean_s: float
+    jain_windows: int = 0
+    lag_windows: int = 0
+
+    @classmethod
+    def of(cls, windows: list[WindowMetrics]) -> WindowDrift:
+        jains = [w.jain_slowdown for w in windows if not math.isnan(w.jain_slowdown)]
+        lags = [w.service_lag_s for w in windows if w.backlogged_tenants >= 2]
+        return cls(
+            window_jain_mean=float(np.mean(jains)) if jains else math.nan,
+            window_jain_min=float(np.min(jains)) if jains else math.nan,
+            window_lag_mean_s=float(np.mean(lags)) if lags else 0.0,
+            jain_windows=len(jains),
+            lag_windows=len(lags),
+        )
+
+
+class RunMetrics(Record):
+    """The metrics of DESIGN.md for a finished run (``summarize``)."""
+
+    tasks: int
+    mean_wait_s: float
+    p99_wait_s: float
+    mean_response_s: float
+    p50_response_s: float
+    p99_response_s: float
+    mean_slowdown: float
+    mean_bounded_slowdown: float
+    jain_slowdown: float
+    max_service_lag_s: float
+    utilization: float
+    makespan_s: float
+    window_s: float
+    # how many windows ``windows`` holds (at most MAX_WINDOWS); None in
+    # summaries written before it was recorded
+    windows_count: int | None = None
+    per_tenant: dict[str, TenantMetrics] | None = None
+    windows: list[WindowMetrics]
+
+    def drift(self) -> WindowDrift:
+        """``WindowDrift`` of this run's windows."""
+        return WindowDrift.of(self.windows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +339,7 @@ def whole_run(
     }
 
 
-def summarize(run: RunArrays, workers: int, window_s: float | None = None) -> dict[str, Any]:
+def summarize(run: RunArrays, workers: int, window_s: float | None = None) -> RunMetrics:
     """The metrics of DESIGN.md for a finished run.
 
     Returns the whole-run figures, ``per_tenant`` (tenant -> tasks, mean and p99 wait, mean
@@ -284,9 +359,9 @@ def summarize(run: RunArrays, workers: int, window_s: float | None = None) -> di
     p99_wait = _group_percentile(codes, wait, counts, 99)
     service = np.bincount(codes, weights=run.duration_s, minlength=n_tenants)
     per_tenant = {
-        str(name): {
-            "tasks": c, "mean_wait_s": mw, "p99_wait_s": pw, "mean_slowdown": ms, "service_s": sv,
-        }
+        str(name): TenantMetrics(
+            tasks=c, mean_wait_s=mw, p99_wait_s=pw, mean_slowdown=ms, service_s=sv,
+        )
         for name, c, mw, pw, ms, sv in zip(
             tenants.tolist(), counts.tolist(), mean_wait.tolist(), p99_wait.tolist(),
             mean_slow.tolist(), service.tolist(),
@@ -299,22 +374,22 @@ def summarize(run: RunArrays, workers: int, window_s: float | None = None) -> di
     jain_w = _window_jain(codes, n_tenants, slow, window_of, n_windows)
     lag, backlogged = _window_lags(codes, n_tenants, run, edges)
     windows = [
-        {
-            "start_s": a, "end_s": b, "tasks": c, "jain_slowdown": j, "service_lag_s": g,
-            "backlogged_tenants": m,
-        }
+        WindowMetrics(
+            start_s=a, end_s=b, tasks=c, jain_slowdown=j, service_lag_s=g,
+            backlogged_tenants=m,
+        )
         for a, b, c, j, g, m in zip(
             edges[:-1].tolist(), edges[1:].tolist(), submitted.tolist(), jain_w.tolist(),
             lag.tolist(), backlogged.tolist(),
         )
     ]
-    return {
+    return RunMetrics(
         **whole_run(run, workers, mean_slow, float(lag.max()) if lag.size else 0.0),
-        "window_s": float(edges[1] - edges[0]),
-        "windows_count": int(n_windows),
-        "per_tenant": per_tenant,
-        "windows": windows,
-    }
+        window_s=float(edges[1] - edges[0]),
+        windows_count=int(n_windows),
+        per_tenant=per_tenant,
+        windows=windows,
+    )
 
 
 def window_service_lags(run: RunArrays, edges: Floats) -> tuple[Floats, Ints]:

@@ -8,12 +8,20 @@ small runs. It uses the same windows (``desched.metrics.window_edges``) as the f
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from desched.metrics import Floats, RunArrays, jain, whole_run, window_edges
+from desched.metrics import (
+    Floats,
+    RunArrays,
+    RunMetrics,
+    TenantMetrics,
+    WindowMetrics,
+    jain,
+    whole_run,
+    window_edges,
+)
 
 
 def _p(x: Floats, q: float) -> float:
@@ -59,12 +67,12 @@ def backlogged_throughout(
     return np.asarray(positive_at_lo & (zeros_inside == 0), dtype=np.bool_)
 
 
-def summarize(run: RunArrays, workers: int, window_s: float | None = None) -> dict[str, Any]:
+def summarize(run: RunArrays, workers: int, window_s: float | None = None) -> RunMetrics:
     """The same figures as ``desched.metrics.summarize``, one tenant and one window at a time."""
     wait, slow = run.wait_s, run.slowdown
     tenant = run.tenant if run.tenant_names is None else run.tenant_names[run.tenant]
     tenants, codes = np.unique(tenant, return_inverse=True)
-    per_tenant: dict[str, dict[str, float]] = {}
+    per_tenant: dict[str, TenantMetrics] = {}
     mean_slow = np.zeros(tenants.size)
     by_tenant = np.argsort(codes, kind="stable")
     bounds = np.searchsorted(codes[by_tenant], np.arange(tenants.size + 1))
@@ -75,13 +83,13 @@ def summarize(run: RunArrays, workers: int, window_s: float | None = None) -> di
     for k, name in enumerate(tenants):
         idx = by_tenant[bounds[k] : bounds[k + 1]]
         mean_slow[k] = float(slow[idx].mean())
-        per_tenant[str(name)] = {
-            "tasks": int(idx.size),
-            "mean_wait_s": float(wait[idx].mean()),
-            "p99_wait_s": _p(wait[idx], 99),
-            "mean_slowdown": mean_slow[k],
-            "service_s": float(run.duration_s[idx].sum()),
-        }
+        per_tenant[str(name)] = TenantMetrics(
+            tasks=int(idx.size),
+            mean_wait_s=float(wait[idx].mean()),
+            p99_wait_s=_p(wait[idx], 99),
+            mean_slowdown=mean_slow[k],
+            service_s=float(run.duration_s[idx].sum()),
+        )
         service_at[k] = service_by(run.start_s[idx], run.end_s[idx], edges)
         backlogged[k] = backlogged_throughout(run.submit_s[idx], run.start_s[idx], lo, hi)
     service_in = np.diff(service_at, axis=1)
@@ -98,20 +106,20 @@ def summarize(run: RunArrays, workers: int, window_s: float | None = None) -> di
         else:
             jain_w = math.nan
         windows.append(
-            {
-                "start_s": float(lo[w]),
-                "end_s": float(hi[w]),
-                "tasks": int(in_w.sum()),
-                "jain_slowdown": jain_w,
-                "service_lag_s": lag,
-                "backlogged_tenants": int(mask.sum()),
-            }
+            WindowMetrics(
+                start_s=float(lo[w]),
+                end_s=float(hi[w]),
+                tasks=int(in_w.sum()),
+                jain_slowdown=jain_w,
+                service_lag_s=lag,
+                backlogged_tenants=int(mask.sum()),
+            )
         )
-    max_lag = max((w["service_lag_s"] for w in windows), default=0.0)
-    return {
+    max_lag = max((w.service_lag_s for w in windows), default=0.0)
+    return RunMetrics(
         **whole_run(run, workers, mean_slow, max_lag),  # the per-window parts are this file's
-        "window_s": float(edges[1] - edges[0]),
-        "windows_count": int(lo.size),
-        "per_tenant": per_tenant,
-        "windows": windows,
-    }
+        window_s=float(edges[1] - edges[0]),
+        windows_count=int(lo.size),
+        per_tenant=per_tenant,
+        windows=windows,
+    )

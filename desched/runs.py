@@ -17,7 +17,6 @@ apply to a record are null.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from desched.metrics import RunArrays, summarize
+from desched.metrics import RunArrays, RunMetrics, TenantMetrics, summarize
 from desched.records import Record
 from desched.simulator import SimResult
 
@@ -40,53 +39,6 @@ COMPLETION_COLUMNS = (
 LOG_KINDS = ("decision", "completion")
 # zstd level 1: files within 1% of the default level's size, a quarter less CPU to write
 PARQUET_ZSTD_LEVEL = 1
-
-
-class TenantMetrics(Record):
-    """One tenant's figures of a run (``desched.metrics.summarize``)."""
-
-    tasks: int
-    mean_wait_s: float
-    p99_wait_s: float
-    mean_slowdown: float
-    service_s: float
-
-
-class WindowMetrics(Record):
-    """One window of a run: tasks submitted in it, Jain's index over the per-tenant mean
-    slowdown of those tasks (NaN without any), the service lag among the tenants backlogged
-    throughout it and how many those were."""
-
-    start_s: float
-    end_s: float
-    tasks: int
-    jain_slowdown: float
-    service_lag_s: float
-    backlogged_tenants: int
-
-
-class WindowDrift(Record):
-    """Scalar summaries of a run's windows: mean and minimum windowed Jain's index (over
-    the ``jain_windows`` windows with submissions) and mean service lag (over the
-    ``lag_windows`` windows with at least two tenants backlogged throughout)."""
-
-    window_jain_mean: float
-    window_jain_min: float
-    window_lag_mean_s: float
-    jain_windows: int = 0
-    lag_windows: int = 0
-
-    @classmethod
-    def of(cls, windows: list[WindowMetrics]) -> WindowDrift:
-        jains = [w.jain_slowdown for w in windows if not math.isnan(w.jain_slowdown)]
-        lags = [w.service_lag_s for w in windows if w.backlogged_tenants >= 2]
-        return cls(
-            window_jain_mean=float(np.mean(jains)) if jains else math.nan,
-            window_jain_min=float(np.min(jains)) if jains else math.nan,
-            window_lag_mean_s=float(np.mean(lags)) if lags else 0.0,
-            jain_windows=len(jains),
-            lag_windows=len(lags),
-        )
 
 
 class RunPolicy(Record):
@@ -106,33 +58,6 @@ class RunSpeed(Record):
 
     decisions_per_s: float | None = None
     engine: str | None = None
-
-
-class RunMetrics(Record):
-    """The metrics of DESIGN.md for a finished run (``desched.metrics.summarize``)."""
-
-    tasks: int
-    mean_wait_s: float
-    p99_wait_s: float
-    mean_response_s: float
-    p50_response_s: float
-    p99_response_s: float
-    mean_slowdown: float
-    mean_bounded_slowdown: float
-    jain_slowdown: float
-    max_service_lag_s: float
-    utilization: float
-    makespan_s: float
-    window_s: float
-    # how many windows ``windows`` holds (at most desched.metrics.MAX_WINDOWS); None in
-    # summaries written before it was recorded
-    windows_count: int | None = None
-    per_tenant: dict[str, TenantMetrics] | None = None
-    windows: list[WindowMetrics]
-
-    def drift(self) -> WindowDrift:
-        """``WindowDrift`` of this run's windows."""
-        return WindowDrift.of(self.windows)
 
 
 class RunSummary(RunMetrics, RunSpeed, RunPolicy):
@@ -314,5 +239,5 @@ def summary_of(
         seed=seed,
         decisions_per_s=(len(result.decisions.task) / result.wall_s) if result.wall_s else None,
         engine=result.engine,
-        **metrics,
+        **dict(metrics),
     )

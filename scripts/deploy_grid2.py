@@ -20,7 +20,7 @@ def scen(name, prm):
     f, t = SC[name]
     r = simulate(t, make_policy(prm[0], t, prm[1]), 8); st = np.frombuffer(r.start_s); d = f["duration_s"].to_numpy()
     s = summarize(RunArrays(f["tenant"].to_numpy(), f["submit_s"].to_numpy(), d, st, st + d), 8)
-    return s['mean_response_s'], s['jain_slowdown'], s['max_service_lag_s']
+    return s.mean_response_s, s.jain_slowdown, s.max_service_lag_s
 today = {sc: scen(sc, ("ifs-memoryless", None)) for sc in SC}
 grid = get_policy("guarded-sjf").Params.search.grid()
 res = {}

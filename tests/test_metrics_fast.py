@@ -49,8 +49,8 @@ def close(a: float, b: float, scale: float) -> bool:
 @given(runs())
 def test_fast_summary_agrees_with_the_naive_twin(case: tuple[RunArrays, float | None]) -> None:
     run, window = case
-    fast = summarize(run, workers=3, window_s=window)
-    naive = metrics_naive.summarize(run, workers=3, window_s=window)
+    fast = summarize(run, workers=3, window_s=window).model_dump()
+    naive = metrics_naive.summarize(run, workers=3, window_s=window).model_dump()
     assert fast.keys() == naive.keys()
     # prefix sums of times carry rounding of order eps x (sum of times): the tolerance scale
     scale = float(np.abs(run.end_s).max()) * run.end_s.size
@@ -85,13 +85,13 @@ def test_windows_are_bounded_and_stated_whatever_the_request() -> None:
                     start + duration)
     for window in (None, 1e-6, 0.05):
         s = summarize(run, workers=1, window_s=window)
-        assert s["windows_count"] == len(s["windows"]) <= MAX_WINDOWS
-        assert s["window_s"] >= (run.end_s.max() - submit.min()) / MAX_WINDOWS
-        assert s["windows"][-1]["end_s"] >= run.end_s.max()
+        assert s.windows_count == len(s.windows) <= MAX_WINDOWS
+        assert s.window_s >= (run.end_s.max() - submit.min()) / MAX_WINDOWS
+        assert s.windows[-1].end_s >= run.end_s.max()
     # a window longer than the bound is kept as asked
     s = summarize(run, workers=1, window_s=100.0)
-    assert s["window_s"] == pytest.approx(100.0)
-    assert s["windows_count"] == math.ceil((run.end_s.max() - submit.min()) / 100.0)
+    assert s.window_s == pytest.approx(100.0)
+    assert s.windows_count == math.ceil((run.end_s.max() - submit.min()) / 100.0)
 
 
 def test_a_window_that_is_not_a_positive_number_is_refused() -> None:
@@ -112,10 +112,9 @@ def test_service_lags_do_not_depend_on_the_chunking(monkeypatch: pytest.MonkeyPa
     whole = summarize(run, workers=4, window_s=1.0)
     monkeypatch.setattr("desched.metrics.PAIR_CHUNK", 3)
     chunked = summarize(run, workers=4, window_s=1.0)
-    assert sum(w["backlogged_tenants"] for w in whole["windows"]) > 100
-    for a, b in zip(chunked["windows"], whole["windows"], strict=True):
-        assert (a["service_lag_s"], a["backlogged_tenants"]) == (
-            b["service_lag_s"], b["backlogged_tenants"])
+    assert sum(w.backlogged_tenants for w in whole.windows) > 100
+    for a, b in zip(chunked.windows, whole.windows, strict=True):
+        assert (a.service_lag_s, a.backlogged_tenants) == (b.service_lag_s, b.backlogged_tenants)
 
 
 @settings(max_examples=200, deadline=None)

@@ -78,19 +78,19 @@ def test_summary_matches_a_hand_worked_two_tenant_run():
     # one worker: a0 runs [0,4), b0 waits 4 s and runs [4,6), a1 submitted at 1 runs [6,7)
     r = run(["a", "b", "a"], [0, 0, 1], [4, 2, 1], [0, 4, 6])
     s = summarize(r, workers=1, window_s=2.0)
-    assert s["mean_wait_s"] == pytest.approx((0 + 4 + 5) / 3)
-    assert s["mean_response_s"] == pytest.approx((4 + 6 + 6) / 3)
-    assert s["mean_slowdown"] == pytest.approx((1 + 3 + 6) / 3)
-    assert s["mean_bounded_slowdown"] == pytest.approx((1 + 1 + 1) / 3)
-    assert s["utilization"] == pytest.approx(7 / 7)
-    assert s["per_tenant"]["a"]["mean_slowdown"] == pytest.approx(3.5)
-    assert s["per_tenant"]["b"]["service_s"] == pytest.approx(2.0)
-    assert s["jain_slowdown"] == pytest.approx(jain(np.array([3.5, 3.0])))
+    assert s.mean_wait_s == pytest.approx((0 + 4 + 5) / 3)
+    assert s.mean_response_s == pytest.approx((4 + 6 + 6) / 3)
+    assert s.mean_slowdown == pytest.approx((1 + 3 + 6) / 3)
+    assert s.mean_bounded_slowdown == pytest.approx((1 + 1 + 1) / 3)
+    assert s.utilization == pytest.approx(7 / 7)
+    assert s.per_tenant["a"].mean_slowdown == pytest.approx(3.5)
+    assert s.per_tenant["b"].service_s == pytest.approx(2.0)
+    assert s.jain_slowdown == pytest.approx(jain(np.array([3.5, 3.0])))
     # windows [0,2) [2,4): a (task a1, queued [1,6)) is not backlogged over [0,2); b is
     # (queued [0,4)); over [2,4) both are: a received 2 s of service, b none -> lag 2
-    assert [w["backlogged_tenants"] for w in s["windows"]][:2] == [1, 2]
-    assert s["windows"][1]["service_lag_s"] == pytest.approx(2.0)
-    assert s["max_service_lag_s"] == pytest.approx(2.0)
+    assert [w.backlogged_tenants for w in s.windows][:2] == [1, 2]
+    assert s.windows[1].service_lag_s == pytest.approx(2.0)
+    assert s.max_service_lag_s == pytest.approx(2.0)
 
 
 def test_service_lag_is_zero_when_backlogged_tenants_are_served_alike():
@@ -99,5 +99,5 @@ def test_service_lag_is_zero_when_backlogged_tenants_are_served_alike():
     start = [0, 0, 1, 1, 2, 2, 3, 3]
     r = run(["a", "b"] * 4, submit, [1.0] * 8, start)
     s = summarize(r, workers=2, window_s=1.0)
-    assert s["max_service_lag_s"] == pytest.approx(0.0)
-    assert s["jain_slowdown"] == pytest.approx(1.0)
+    assert s.max_service_lag_s == pytest.approx(0.0)
+    assert s.jain_slowdown == pytest.approx(1.0)

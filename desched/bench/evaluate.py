@@ -26,9 +26,10 @@ from pydantic import SerializerFunctionWrapHandler, model_serializer
 from desched.bench.specs import PolicySpec, TraceSpec, fingerprint, past_last_slice
 from desched.controls import Controls
 from desched.errors import DeschedError
+from desched.metrics import RunMetrics, WindowDrift
 from desched.policies.base import Policy
 from desched.records import Record
-from desched.runs import RunMetrics, RunPolicy, RunSummary, WindowDrift
+from desched.runs import RunPolicy, RunSummary
 from desched.tables import markdown_table as _markdown_table
 
 METRICS: tuple[str, ...] = (

@@ -150,11 +150,11 @@ def outcome_of(policy: str, params: Mapping[str, Any], tenant: np.ndarray, submi
     summary = summarize(run, workers)
     bsld, tasks = _tenant_bsld(tenant, run.bounded_slowdown)
     return Outcome(policy=policy, params=dict(params),
-                   mean_response_s=summary["mean_response_s"],
-                   p99_response_s=summary["p99_response_s"],
+                   mean_response_s=summary.mean_response_s,
+                   p99_response_s=summary.p99_response_s,
                    jain_bsld=jain(list(bsld.values())),
-                   jain_slowdown=summary["jain_slowdown"],
-                   max_service_lag_s=summary["max_service_lag_s"],
+                   jain_slowdown=summary.jain_slowdown,
+                   max_service_lag_s=summary.max_service_lag_s,
                    tenant_bsld=bsld, tenant_tasks=tasks)
 
 
