@@ -51,11 +51,15 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from desched.errors import DeschedError
 from desched.policies.base import Fits, Policy, first_fitting
 from desched.trace import QUANTILE_COLUMNS, TaskTable
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 FIELDS = ("weight", "cap", "rate", "burst")
 
@@ -504,7 +508,22 @@ def pl_series(name: str, values: list[float]) -> Any:
     return pl.Series(name, values, dtype=pl.Float64)
 
 
-def kernel_inputs(frame: Any, controls: Controls | None) -> dict[str, Any] | None:
+@dataclass(frozen=True, slots=True)
+class KernelInputs:
+    """A trace as a compiled kernel runs it (``desched.simulator.simulate_arrays``), by task
+    position: tenant codes index ``weight`` (1.0: no weight); the quantile predictions are
+    NaN where absent."""
+
+    submit_s: npt.NDArray[np.float64]
+    duration_s: npt.NDArray[np.float64]
+    predicted_s: npt.NDArray[np.float64]
+    tenant: npt.NDArray[np.int64]
+    weight: npt.NDArray[np.float64]
+    predicted_p50_s: npt.NDArray[np.float64]
+    predicted_p90_s: npt.NDArray[np.float64]
+
+
+def kernel_inputs(frame: Any, controls: Controls | None) -> KernelInputs | None:
     """The arrays a compiled kernel (``desched.simulator.simulate_arrays``) runs the trace
     ``frame`` (polars) on under ``controls``, built without a Python object per task:
     ``submit_s`` (shaped by the rate limits, as ``controlled``), ``duration_s``,
@@ -535,14 +554,15 @@ def kernel_inputs(frame: Any, controls: Controls | None) -> dict[str, Any] | Non
     n = frame.height
     predicted = (frame["predicted_s"].cast(pl.Float64).to_numpy()
                  if "predicted_s" in frame.columns else np.full(n, math.nan))
-    quantiles = {c: (frame[c].cast(pl.Float64).fill_null(math.nan).to_numpy()
-                     if c in frame.columns else np.full(n, math.nan))
-                 for c in QUANTILE_COLUMNS}
-    return {
-        **quantiles,
-        "submit_s": frame["submit_s"].cast(pl.Float64).to_numpy(),
-        "duration_s": frame["duration_s"].cast(pl.Float64).to_numpy(),
-        "predicted_s": predicted,
-        "tenant": codes.to_numpy(),
-        "weight": weight,
-    }
+    p50, p90 = (frame[c].cast(pl.Float64).fill_null(math.nan).to_numpy()
+                if c in frame.columns else np.full(n, math.nan)
+                for c in QUANTILE_COLUMNS)
+    return KernelInputs(
+        submit_s=frame["submit_s"].cast(pl.Float64).to_numpy(),
+        duration_s=frame["duration_s"].cast(pl.Float64).to_numpy(),
+        predicted_s=predicted,
+        tenant=codes.to_numpy(),
+        weight=weight,
+        predicted_p50_s=p50,
+        predicted_p90_s=p90,
+    )

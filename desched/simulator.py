@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import numpy.typing as npt
 
+from desched.controls import KernelInputs
 from desched.errors import DeschedError
 from desched.policies.base import Policy
 from desched.trace import TaskTable
@@ -135,14 +136,14 @@ def simulate(
         weight = np.ones(max(1, len(tasks.tenant_names)), dtype=np.float64)
         for k, w in tasks.tenant_weight.items():
             weight[k] = w
-        result = simulate_arrays(
-            name, policy.params, policy.components, workers,
-            np.asarray(tasks.submit_s, dtype=np.float64),
-            np.asarray(tasks.duration_s, dtype=np.float64),
-            np.asarray(tasks.predicted_s, dtype=np.float64),
-            np.asarray(tasks.tenant, dtype=np.int64), weight,
+        result = simulate_arrays(name, policy.params, policy.components, workers, KernelInputs(
+            submit_s=np.asarray(tasks.submit_s, dtype=np.float64),
+            duration_s=np.asarray(tasks.duration_s, dtype=np.float64),
+            predicted_s=np.asarray(tasks.predicted_s, dtype=np.float64),
+            tenant=np.asarray(tasks.tenant, dtype=np.int64),
+            weight=weight,
             predicted_p50_s=np.asarray(tasks.predicted_p50_s, dtype=np.float64),
-            predicted_p90_s=np.asarray(tasks.predicted_p90_s, dtype=np.float64))
+            predicted_p90_s=np.asarray(tasks.predicted_p90_s, dtype=np.float64)))
         if progress is not None:
             progress(len(tasks))
         return result
@@ -274,27 +275,21 @@ def simulate_arrays(
     params: object,
     components: tuple[str, ...],
     workers: int,
-    submit_s: npt.NDArray[np.float64],
-    duration_s: npt.NDArray[np.float64],
-    predicted_s: npt.NDArray[np.float64],
-    tenant: npt.NDArray[np.int64],
-    weight: npt.NDArray[np.float64],
-    predicted_p50_s: npt.NDArray[np.float64] | None = None,
-    predicted_p90_s: npt.NDArray[np.float64] | None = None,
+    inputs: KernelInputs,
 ) -> SimResult:
     """``simulate`` by the compiled kernel of policy ``name`` (``desched.kernels.KERNELS``)
-    over task arrays by position: tenant codes index ``weight`` (1.0: no weight); the
-    quantile predictions are NaN where absent (all, when not given).
+    over the trace's ``inputs`` (task arrays by position).
     Precondition: ``desched.kernels.available(name)``. No Python runs per task."""
     from desched import kernels
 
     if workers < 1:
         raise DeschedError(f"workers must be >= 1, got {workers}")
     wall0 = time.perf_counter()
-    run = kernels.run(name, params, len(components), workers, submit_s, duration_s,
-                      predicted_s, tenant, weight, predicted_p50_s, predicted_p90_s)
+    run = kernels.run(name, params, len(components), workers, inputs.submit_s,
+                      inputs.duration_s, inputs.predicted_s, inputs.tenant, inputs.weight,
+                      inputs.predicted_p50_s, inputs.predicted_p90_s)
     wall = time.perf_counter() - wall0
-    end = run.start_s + np.asarray(duration_s, dtype=np.float64)
+    end = run.start_s + np.asarray(inputs.duration_s, dtype=np.float64)
     d_t = run.start_s[run.task]
     decisions = Decisions(
         t=array("d", d_t.tobytes()),

@@ -222,7 +222,7 @@ def test_the_cli_path_under_weights_and_rate_limits_equals_the_python_loop(
     inputs = kernel_inputs(frame, controls)
     assert inputs is not None
     policy_cls = REGISTRY[name]
-    kernel = simulate_arrays(name, policy_cls.Params(), policy_cls.components, workers, **inputs)
+    kernel = simulate_arrays(name, policy_cls.Params(), policy_cls.components, workers, inputs)
     table, gate = controlled(frame, controls)
     assert gate is None
     python = simulate(table, make_policy(name, table), workers, engine="python")

@@ -72,7 +72,7 @@ def run_policy(
         cls = get_policy(policy_name)
         parsed = parse_params(policy_name, params)
         check_reads(policy_name, "predicted_s" in trace.columns)  # validated: no NaN
-        result = simulate_arrays(policy_name, parsed, cls.components, workers, **inputs)
+        result = simulate_arrays(policy_name, parsed, cls.components, workers, inputs)
         components, params_used = cls.components, parsed.model_dump()
     else:
         tasks, gate = controlled(trace, controls)
