@@ -92,6 +92,9 @@ def test_live_demo_drains_every_tenant_and_retrains_on_its_logs(tmp_path: Path) 
     memory = out / "models" / "memory"
     assert (memory / (memory / "CHAMPION").read_text().strip() / "model.txt").exists()
     assert "per tenant: tasks done / submitted" in run.stdout
+    # the retraining's verdict per workload reaches the terminal, not only pipeline.log
+    assert re.search(r"^  duration model \S+: v\d+ (promoted|rejected) - ", run.stdout,
+                     re.MULTILINE), run.stdout
     # The demo checks its own answers: every acknowledged task done, none lost.
     ledger = {
         m[0]: (int(m[1]), int(m[2]), int(m[3]))
@@ -303,3 +306,59 @@ def test_keep_leaves_the_service_page_prefect_ui_and_working_workers_up_until_it
     assert not [port for port in ports if listening(port)]
     assert wait_until(lambda: not marked_processes(kept_demo.tag), 10.0), [
         command_line(pid) for pid in marked_processes(kept_demo.tag)]
+
+
+def test_live_demo_uses_the_prefect_server_at_prefect_api_url_and_starts_none(
+    tmp_path: Path,
+) -> None:
+    """A Prefect server the user runs (here: started by the test, on loopback) is the one
+    the demo's workers report to; the demo starts no server of its own."""
+    from desched.cli.live import prefect_server_argv
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    api = f"http://127.0.0.1:{port}/api"
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(tmp_path / "prefect-home"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_SERVER_UI_ENABLED": "false",
+    }
+    env.pop("PREFECT_API_URL", None)
+    (tmp_path / "prefect-home").mkdir()
+    server = subprocess.Popen(prefect_server_argv(port), env=env, cwd=ROOT,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    try:
+        with httpx.Client(timeout=10) as http:
+            def healthy() -> bool:
+                try:
+                    return bool(http.get(f"{api}/health").json() is True)
+                except httpx.HTTPError:
+                    return False
+
+            assert wait_until(healthy, 180.0), "the test's Prefect server did not start"
+            out = tmp_path / "demo"
+            run = subprocess.run(
+                [sys.executable, "-m", "desched.cli", "live-demo", "--quick", "--no-pipeline",
+                 "--out", str(out)],
+                cwd=ROOT, env={**env, "PREFECT_API_URL": api}, capture_output=True, text=True,
+                timeout=600, check=False,
+            )
+            assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+            assert f"prefect server: {api}, UI http://127.0.0.1:{port} (given by " \
+                   "PREFECT_API_URL" in run.stdout, run.stdout
+            assert not (out / "prefect-server.log").exists()  # none started
+            runs = http.post(f"{api}/flow_runs/filter", json={
+                "flows": {"name": {"any_": ["enrichment-worker"]}}})
+            assert runs.status_code == 200, runs.text
+            states = sorted(r["state_type"] for r in runs.json())
+            assert states == ["COMPLETED", "COMPLETED"], states
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()

@@ -470,7 +470,7 @@ except Exception as exc:
     )
     (folder / "pipeline.log").write_text(done.stdout + done.stderr)
     for line in done.stdout.splitlines():
-        if line.startswith(("ingest:", "duration model:", "memory model:")):
+        if line.startswith(("ingest:", "duration model", "memory model:")):
             click.echo("  " + line)
     if done.returncode != 0:
         click.echo(f"  pipeline failed (exit {done.returncode}); see {folder / 'pipeline.log'}")
