@@ -159,11 +159,7 @@ def enrichment_worker(
     finally:
         client.close()
     summary = WorkerSummary(
-        completed=totals["completed"],
-        late=totals["late"],
-        failed=totals["failed"],
-        cancelled=totals["cancelled"],
-        batches=totals["batches"],
+        **totals,
         worker_id=ident,
         model=enricher.embedder.name,
         device=where,

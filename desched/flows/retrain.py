@@ -128,7 +128,6 @@ def retrain_duration_model(
         return WarehouseRetrain(db=db, workloads={}, trained=0, nothing_to_train=why)
     logger.info("%d workloads in %s: %s", len(workloads), db, ", ".join(workloads))
     done: dict[str, TrainedWorkload | SkippedWorkload] = {}
-    trained = 0
     for folder, frame in workloads.items():
         key = workload_key(folder)
         if frame.height < min_rows:
@@ -140,10 +139,10 @@ def retrain_duration_model(
         card = register_version(str(Path(registry) / key), result)
         publish_report(card, key)
         done[key] = TrainedWorkload.of(card, folder=folder)
-        trained += 1
         logger.info(
             "%s: %s %s on %d tasks: %s", key, card.version, card.verdict, frame.height, card.reason
         )
+    trained = sum(isinstance(w, TrainedWorkload) for w in done.values())
     if trained:
         return WarehouseRetrain(db=db, workloads=done, trained=trained)
     why = f"no workload has {min_rows} completions yet"

@@ -256,11 +256,6 @@ def f64_loop(name: str) -> int | None:
 _UFUNCS: dict[int, Any] = {}
 
 
-def exp2_loop() -> int | None:
-    """``f64_loop("exp2")``."""
-    return f64_loop("exp2")
-
-
 def ufunc_at(address: int) -> Any:
     """The ufunc whose float64 loop ``f64_loop`` found at ``address`` (for the kernel
     source under CPython)."""

@@ -150,8 +150,9 @@ def _publish(compiled: Path, entry: Path) -> None:
     """Copy ``compiled`` into the machine's cache: object code, then its checksum, each by
     an atomic rename (a reader sees both or ignores the entry)."""
     entry.parent.mkdir(parents=True, exist_ok=True)
-    for data, target in ((compiled.read_bytes(), entry),
-                         (file_sha256(compiled).encode(), entry.with_suffix(".sha256"))):
+    code = compiled.read_bytes()
+    for data, target in ((code, entry),
+                         (hashlib.sha256(code).hexdigest().encode(), entry.with_suffix(".sha256"))):
         fd, tmp = tempfile.mkstemp(dir=entry.parent, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as f:
@@ -165,25 +166,30 @@ def _publish(compiled: Path, entry: Path) -> None:
 def compile_model(model_path: Path, cache_path: Path) -> CompiledForest:
     """Compile ``model_path`` (once; later loads read the cached ``cache_path``).
 
-    A model text this machine has compiled before (a retraining that gives the same trees,
-    the demo run again, a version copied to another registry) is not compiled again: its
-    object code comes from ``shared_forest`` when the entry's checksum holds. The machine's
-    cache is an optimisation only: an error reading or writing it compiles as without it."""
+    Where ``cache_path`` is missing, a model text this machine has compiled before (a
+    retraining that gives the same trees, the demo run again, a version copied to another
+    registry) is not compiled again: its object code comes from ``shared_forest`` when the
+    entry's checksum holds, and a compilation is published there. The machine's cache is an
+    optimisation only: an error reading or writing it compiles as without it."""
+    if cache_path.exists():
+        return CompiledForest(model_path, cache_path)
     try:
         entry = shared_forest(model_path)
     except OSError:
         entry = None
-    if entry is not None and not cache_path.exists() and _entry_ok(entry):
+    copied = False
+    if entry is not None and _entry_ok(entry):
         try:
             shutil.copyfile(entry, cache_path)
+            copied = True
         except OSError:
             cache_path.unlink(missing_ok=True)
     forest = CompiledForest(model_path, cache_path)
-    if entry is not None and cache_path.is_file() and not _entry_ok(entry):
+    if entry is not None and not copied and cache_path.is_file():
         try:
             _publish(cache_path, entry)
         except OSError:
-            pass  # a read-only or full cache folder: the next load compiles again
+            pass  # a read-only or full cache folder: the next compilation goes on without it
     return forest
 
 
