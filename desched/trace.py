@@ -32,6 +32,8 @@ OPTIONAL: dict[str, pl.DataType] = {
 }
 QUANTILE_COLUMNS: tuple[str, ...] = ("predicted_p50_s", "predicted_p90_s")
 """Optional quantile predictions (``desched.bench.judge_cases``): NaN where absent."""
+MIN_PREDICTION_S = 1e-6
+"""The floor of a predicted duration written into a trace (a model can extrapolate below 0)."""
 _SHOW_ROWS = 5
 
 

@@ -260,17 +260,22 @@ def test_the_policy_objects_replay_a_kernel_run_recorded_in_its_decision_log(
     tmp_path, name: str
 ) -> None:
     """The live service's policy objects, fed the recorded run's arrivals and completion
-    records in log order, pop exactly the recorded task with the recorded score."""
+    records in log order, pop exactly the recorded task with the recorded score. The trace
+    carries quantile labels (some absent), as the service stores them."""
     rng = np.random.default_rng(3)
     n = 400
     duration = np.round(rng.exponential(2.0, n), 1) + 0.1
+    predicted = np.round(duration * rng.uniform(0.5, 1.5, n), 1) + 0.1
+    p50 = np.where(rng.random(n) < 0.1, np.nan, np.round(predicted * rng.uniform(0.4, 1.0, n), 2))
     frame = pl.DataFrame({
         "task_id": [f"t{i}" for i in range(n)],
         "tenant": [f"k{x}" for x in rng.integers(0, 5, n)],
         "task_type": "extract",
         "submit_s": np.sort(np.round(rng.uniform(0, 150, n), 0)),
         "duration_s": duration,
-        "predicted_s": np.round(duration * rng.uniform(0.5, 1.5, n), 1) + 0.1,
+        "predicted_s": predicted,
+        "predicted_p50_s": p50,
+        "predicted_p90_s": np.round(predicted * rng.uniform(1.1, 4.0, n), 2),
     })
     path = tmp_path / "trace.parquet"
     frame.write_parquet(path)

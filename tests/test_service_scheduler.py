@@ -37,6 +37,10 @@ class FixedPredictor:
     def predict_one(self, task: dict[str, Any]) -> float:
         return 2.0 * float(task.get("pages") or 1)
 
+    def predict_labels(self, task: dict[str, Any]) -> tuple[float, float, float]:
+        mean = self.predict_one(task)
+        return mean, 0.5 * mean, 3.0 * mean
+
     def observe_completion(self, tenant: str, task_type: str, duration_s: float) -> None:
         self.seen.append((tenant, task_type, duration_s))
 

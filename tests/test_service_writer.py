@@ -19,7 +19,7 @@ import pytest
 
 from desched.service.decision_log import DecisionLog
 from desched.service.errors import StaleWrite, Unavailable
-from desched.service.records import LiveTask, NewTask
+from desched.service.records import UNKNOWN_DURATIONS, LiveTask, NewTask
 from desched.service.store import Store, Write, insert_write
 from desched.service.writer import Pending, Writer
 from tests import test_service
@@ -29,7 +29,7 @@ backend = test_service.backend  # the fixture: SQLite, and PostgreSQL when one a
 
 
 def task(seq: int) -> LiveTask:
-    return LiveTask.submitted(seq, "a", NewTask(task_type="extract"), 1.0, float("nan"), None)
+    return LiveTask.submitted(seq, "a", NewTask(task_type="extract"), 1.0, UNKNOWN_DURATIONS, None)
 
 
 def rows(db: Path) -> int:

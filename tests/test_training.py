@@ -293,8 +293,20 @@ def test_the_cli_trains_predicts_and_lists_models_end_to_end(tmp_path: Path) -> 
         cli, ["predict", "--registry", str(reg), "--trace", str(trace), "--out", str(out)]
     )
     assert res.exit_code == 0, res.output
-    predicted = pl.read_parquet(out)["predicted_s"].to_numpy()
+    written = pl.read_parquet(out)
+    predicted = written["predicted_s"].to_numpy()
     assert predicted.shape == (1500,) and np.all(predicted > 0)
+    # the quantile labels the Boost policies read, from the models trained beside it
+    import lightgbm as lgb
+
+    from desched.models.duration import Predictor
+
+    x = Predictor.load(reg).features_of(pl.read_parquet(trace))
+    for key in ("p50", "p90"):
+        booster = lgb.Booster(model_file=str(reg / "v0001" / f"{key}.txt"))
+        np.testing.assert_allclose(written[f"predicted_{key}_s"].to_numpy(),
+                                   np.maximum(np.exp(booster.predict(x)), 1e-6), rtol=1e-9)
+    assert "predicted_s, predicted_p50_s, predicted_p90_s" in res.output
     res = runner.invoke(cli, ["models", "--registry", str(reg), "--json"])
     rows = json.loads(res.output)
     assert [(r["version"], r["champion"]) for r in rows] == [("v0001", True)]

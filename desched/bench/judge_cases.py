@@ -36,6 +36,7 @@ import numpy as np
 import polars as pl
 
 from desched.errors import DeschedError
+from desched.trace import MIN_PREDICTION_S
 
 CACHE_VERSION = 1
 """Bumped when the preparation changes, so that stale cache files are not read."""
@@ -48,7 +49,6 @@ SCENARIO_LOAD = 0.85
 SCENARIO_TEST_SEED = 1
 SCENARIO_TRAIN_SEED = 2
 PREDICTED_COLUMNS: tuple[str, ...] = ("predicted_s", "predicted_p50_s", "predicted_p90_s")
-MIN_PREDICTION_S = 1e-6
 
 Progress = Callable[[str], None]
 CaseKind = Literal["log", "scenario"]

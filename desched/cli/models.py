@@ -101,24 +101,33 @@ def train(db: Path | None, trace: Path | None, registry: Path, max_rounds: int, 
     "--out",
     type=click.Path(path_type=Path),
     required=True,
-    help="Output trace Parquet (the input plus predicted_s; may equal --trace).",
+    help="Output trace Parquet (the input plus the predictions; may equal --trace).",
 )
 def predict(registry: Path, trace: Path, out: Path) -> None:
-    """Add predicted_s (the champion's predicted duration, seconds) to every task of a trace."""
+    """Add predicted_s (the champion's predicted duration, seconds) to every task of a trace,
+    and predicted_p50_s / predicted_p90_s from the quantile models it was trained with (the
+    Boost policies' labels, as `desched judge` gives them)."""
     import numpy as np
     import polars as pl
 
     from desched.cli.grammar import existing_folder
     from desched.models.duration import Predictor
-    from desched.trace import read_trace, write_trace
+    from desched.trace import MIN_PREDICTION_S, QUANTILE_COLUMNS, read_trace, write_trace
 
     frame = read_trace(trace)  # refuse a bad or empty trace before loading the model
-    predictor = Predictor.load(existing_folder(registry, "--registry"))
-    predicted = predictor.predict_batch(frame.drop("predicted_s", strict=False))
+    predictor = Predictor.load(existing_folder(registry, "--registry"), quantiles=True)
+    x = predictor.features_of(frame.drop(["predicted_s", *QUANTILE_COLUMNS], strict=False))
     # A duration is positive: guard the schema against a model that extrapolates below zero.
-    predicted = np.maximum(predicted, 1e-6)
-    write_trace(frame.with_columns(pl.Series("predicted_s", predicted, pl.Float64)), out)
-    click.echo(f"{out}: {frame.height} predictions by {predictor.version}")
+    columns = {"predicted_s": predictor.predict_batch(x)}
+    for key, values in predictor.predict_quantiles(x).items():
+        columns[f"predicted_{key}_s"] = values
+    frame = frame.drop(QUANTILE_COLUMNS, strict=False).with_columns(
+        pl.Series(name, np.maximum(values, MIN_PREDICTION_S), pl.Float64)
+        for name, values in columns.items()
+    )
+    write_trace(frame, out)
+    click.echo(f"{out}: {frame.height} predictions ({', '.join(columns)}) "
+               f"by {predictor.version}")
 
 
 @click.command()

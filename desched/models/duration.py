@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
 import math
 import os
 import shutil
@@ -52,10 +53,22 @@ from desched.today import TODAY_SCORER
 if TYPE_CHECKING:
     import lightgbm
 
+logger = logging.getLogger("desched.models")
+
 FALLBACK_POLICY = TODAY_SCORER
 """The policy a scheduler runs when no predictor loads: it reads no ``predicted_s``."""
 
 _DOUBLE_P = ctypes.POINTER(ctypes.c_double)
+
+COMPILE_OPTIONS: dict[str, Any] = {"finline": False}
+"""How lleaves compiles a forest: each tree its own function, not inlined into the root.
+LLVM then optimises small functions instead of one huge one: a 400-tree quantile model
+compiles in about 3 s instead of 20 (BENCHMARKS.md), with the same bits out and about the same
+time per row."""
+
+QUANTILE_KEYS: tuple[str, ...] = ("p50", "p90")
+"""The quantile models a card may list in ``files`` (``desched.models.training``), each fitted
+on log duration: their raw outputs are ``exp``'d into seconds."""
 
 
 def host_target() -> str:
@@ -82,7 +95,7 @@ class CompiledForest:
         import lleaves
 
         model = lleaves.Model(model_file=str(model_path))
-        model.compile(cache=str(cache_path))
+        model.compile(cache=str(cache_path), **COMPILE_OPTIONS)
         if model.num_model_per_iteration() != 1:
             raise ModelUnavailable(f"{model_path}: not a single-output regression model")
         self._model = model  # keeps the execution engine (and the code) alive
@@ -125,15 +138,17 @@ def shared_forest_dir() -> Path | None:
 
 def shared_forest(model_path: Path) -> Path | None:
     """Where the machine's cache keeps ``model_path`` compiled: named by the SHA-256 of the
-    model text, the host CPU (``host_target``) and the lleaves and llvmlite versions, so an
-    entry is only ever the object code lleaves would build here for that text."""
+    model text, the host CPU (``host_target``), the lleaves and llvmlite versions and
+    ``COMPILE_OPTIONS``, so an entry is only ever the object code lleaves would build here for
+    that text."""
     folder = shared_forest_dir()
     if folder is None:
         return None
     from importlib.metadata import version
 
     digest = hashlib.sha256(model_path.read_bytes())
-    for part in (host_target(), version("lleaves"), version("llvmlite")):
+    options = ",".join(f"{k}={v}" for k, v in sorted(COMPILE_OPTIONS.items()))
+    for part in (host_target(), version("lleaves"), version("llvmlite"), options):
         digest.update(b"\0" + part.encode())
     return folder / f"{digest.hexdigest()[:32]}.so"
 
@@ -205,6 +220,7 @@ class Predictor:
         forest: CompiledForest,
         model_path: Path,
         card: DurationCard,
+        quantiles: Mapping[str, CompiledForest] | None = None,
     ) -> None:
         self.version = version
         self.spec = spec
@@ -220,17 +236,22 @@ class Predictor:
         self._done: dict[str, int] = {}
         self._window = spec.history_window
         self._booster: lightgbm.Booster | None = None
-        if forest.n_features != len(spec.names):
-            raise ModelUnavailable(
-                f"{model_path}: model has {forest.n_features} features, its card lists "
-                f"{len(spec.names)}"
-            )
+        self.quantiles: dict[str, CompiledForest] = dict(quantiles or {})
+        for key, f in (("model", forest), *self.quantiles.items()):
+            if f.n_features != len(spec.names):
+                raise ModelUnavailable(
+                    f"{model_path.parent / card.files.get(key, key)}: model has "
+                    f"{f.n_features} features, its card lists {len(spec.names)}"
+                )
 
     @classmethod
-    def load(cls, registry: str | Path, version: str | None = None) -> Predictor:
+    def load(
+        cls, registry: str | Path, version: str | None = None, *, quantiles: bool = False
+    ) -> Predictor:
         """Load the champion (or ``version``) of ``registry``; compile it if its ``.so`` is
-        missing, differs from the card's checksum or was built for another CPU. Raises
-        ``ModelUnavailable`` naming what is missing or corrupt."""
+        missing, differs from the card's checksum or was built for another CPU. With
+        ``quantiles``, also the quantile models the card lists (``QUANTILE_KEYS``; see
+        ``load_quantiles``). Raises ``ModelUnavailable`` naming what is missing or corrupt."""
         reg = Registry(registry, ModelKind.DURATION)
         name = version or reg.champion_or_error()
         card = reg.duration_card(name)
@@ -266,6 +287,7 @@ class Predictor:
             forest=forest,
             model_path=model_path,
             card=card,
+            quantiles=load_quantiles(folder, card) if quantiles else None,
         )
 
     def _seconds(self, raw: float) -> float:
@@ -313,6 +335,24 @@ class Predictor:
             raw = self._forest.predict_row()
         return self._seconds(raw)
 
+    def predict_labels(self, task: Mapping[str, Any]) -> tuple[float, float, float]:
+        """``(predicted_s, p50_s, p90_s)`` of one task, from one encoding of its features (as
+        ``predict_one``); a quantile this predictor has not loaded is NaN."""
+        labels = [math.nan, math.nan]
+        with self._lock:
+            self._fill(task, self._forest.row)
+            raw = self._forest.predict_row()
+            for j, key in enumerate(QUANTILE_KEYS):
+                q = self.quantiles.get(key)
+                if q is not None:
+                    q.row[:] = self._forest.row
+                    labels[j] = math.exp(q.predict_row())
+        return self._seconds(raw), labels[0], labels[1]
+
+    def predict_quantiles(self, x: np.ndarray) -> dict[str, np.ndarray]:
+        """Each loaded quantile model's predictions (s) for a feature matrix."""
+        return {key: np.exp(q.predict(x)) for key, q in self.quantiles.items()}
+
     def features_of(self, frame: pl.DataFrame) -> np.ndarray:
         """Feature matrix of a trace frame; history from the frame's own finished tasks unless
         it carries the history columns already."""
@@ -340,10 +380,40 @@ class Predictor:
         return np.exp(raw) if self.log_target else raw
 
 
-def load_or_none(registry: str | Path) -> tuple[Predictor | None, str | None]:
-    """The champion predictor, or ``(None, reason)`` when it is missing or corrupt."""
+def load_quantiles(folder: Path, card: DurationCard) -> dict[str, CompiledForest]:
+    """The quantile models of the version in ``folder`` that its card lists, compiled.
+
+    One that is missing, differs from the card's checksum or does not compile is left out
+    with a warning on the ``desched.models`` logger: the duration model still serves, and a
+    policy that wants the quantiles falls back to ``predicted_s`` alone. Their object code
+    lives only in the machine's cache (``shared_forest``; compiled there once, seconds each)
+    and in memory, so a read-only registry serves them too and nothing stale can be loaded
+    from the version folder; with the machine's cache off they compile on every load."""
+    out: dict[str, CompiledForest] = {}
+    for key in QUANTILE_KEYS:
+        name = card.files.get(key)
+        if name is None:
+            continue
+        path = folder / name
+        expected = card.sha256.get(key)
+        try:
+            if expected is not None and file_sha256(path) != expected:
+                raise ModelUnavailable(f"checksum differs from the card's ({CARD})")
+            with tempfile.TemporaryDirectory(prefix="desched-quantile-") as tmp:
+                out[key] = compile_model(path, Path(tmp) / f"{key}.so")
+        except Exception as exc:  # noqa: BLE001 (lleaves and llvmlite raise many types)
+            detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            logger.warning("%s: quantile model %s not loaded: %s", path, key, detail)
+    return out
+
+
+def load_or_none(
+    registry: str | Path, *, quantiles: bool = False
+) -> tuple[Predictor | None, str | None]:
+    """The champion predictor (with its quantile models when ``quantiles``), or
+    ``(None, reason)`` when it is missing or corrupt."""
     try:
-        return Predictor.load(registry), None
+        return Predictor.load(registry, quantiles=quantiles), None
     except ModelUnavailable as exc:
         return None, str(exc)
 

@@ -13,11 +13,12 @@ from desched.models.interfaces import DurationPredictor, MemoryPredictor
 
 
 def load_duration_predictor(registry: str | Path) -> tuple[DurationPredictor | None, str | None]:
-    """The champion of a duration-model registry, or ``(None, reason)`` when there is none or
-    it is corrupt. Compiles the model on first load (seconds), then reads the cached form."""
+    """The champion of a duration-model registry with the p50 and p90 quantile models its
+    card lists (the Boost policies' labels), or ``(None, reason)`` when there is none or it is
+    corrupt. Compiles the models on first load (seconds), then reads the cached form."""
     from desched.models.duration import load_or_none
 
-    return load_or_none(registry)
+    return load_or_none(registry, quantiles=True)
 
 
 def load_memory_predictor(registry: str | Path) -> tuple[MemoryPredictor | None, str | None]:

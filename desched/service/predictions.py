@@ -1,7 +1,8 @@
 """Predictions made at submit: a task's duration and its peak memory, each once, stored.
 
 The service depends only on the predictor protocols of ``desched.models.interfaces``; either
-model may be absent. ``predicted_s`` is NaN when unknown; ``predicted_mem_mb`` is the larger
+model may be absent. ``predicted_s`` and its quantiles ``predicted_p50_s`` and
+``predicted_p90_s`` (when the model has them) are NaN when unknown; ``predicted_mem_mb`` is the larger
 of the submitted ``mem_mb`` hint and the memory model's prediction, None when there is
 neither. A broken memory model never refuses a submit (the hints are used); a prediction that
 is not a finite, non-negative number (positive for durations) counts as none.
@@ -14,7 +15,7 @@ import math
 from collections.abc import Sequence
 
 from desched.models.interfaces import DurationPredictor, MemoryPredictor
-from desched.service.records import NewTask
+from desched.service.records import UNKNOWN_DURATIONS, Durations, NewTask
 
 logger = logging.getLogger("desched.service")
 
@@ -26,10 +27,11 @@ class Predictions:
         self.duration = duration
         self.memory = memory
 
-    def duration_s(self, tenant: str, item: NewTask, now: float) -> float:
-        """The predicted duration of ``item`` submitted at ``now``, NaN when unknown."""
+    def durations(self, tenant: str, item: NewTask, now: float) -> Durations:
+        """The predicted duration of ``item`` submitted at ``now`` and its p50 and p90
+        quantiles, each NaN when unknown."""
         if self.duration is None:
-            return math.nan
+            return UNKNOWN_DURATIONS
         features = {
             "tenant": tenant,
             "task_type": item.task_type,
@@ -37,8 +39,12 @@ class Predictions:
             "pages": item.pages,
             "submit_s": now,
         }
-        predicted = float(self.duration.predict_one(features))
-        return predicted if math.isfinite(predicted) and predicted > 0 else math.nan
+        return Durations(
+            *(
+                v if math.isfinite(v) and v > 0 else math.nan
+                for v in map(float, self.duration.predict_labels(features))
+            )
+        )
 
     def memory_mb(self, tenant: str, items: Sequence[NewTask]) -> list[float | None]:
         """``predicted_mem_mb`` of each item: one batched call of the memory model."""

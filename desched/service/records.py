@@ -19,7 +19,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class RandomPool:
@@ -108,9 +108,21 @@ class NewTask:
     priority: int = 0
 
 
+class Durations(NamedTuple):
+    """A task's predicted duration and its p50 and p90 quantiles (s), each NaN when unknown."""
+
+    predicted_s: float
+    p50_s: float = math.nan
+    p90_s: float = math.nan
+
+
+UNKNOWN_DURATIONS = Durations(math.nan)
+
+
 @dataclass(slots=True)
 class LiveTask:
-    """A queued or leased task, in memory. ``predicted_s`` is NaN when unknown;
+    """A queued or leased task, in memory. ``predicted_s`` and its quantiles
+    ``predicted_p50_s`` and ``predicted_p90_s`` (the Boost policies' labels) are NaN when unknown;
     ``lease_expires_at`` is NaN and ``lease_id`` None while the task is queued; ``start_s``
     is the start of its latest attempt (NaN before the first)."""
 
@@ -126,6 +138,8 @@ class LiveTask:
     predicted_s: float
     predicted_mem_mb: float | None = None
     priority: int = 0
+    predicted_p50_s: float = math.nan
+    predicted_p90_s: float = math.nan
     attempts: int = 0
     worker: str | None = None
     worker_id: str | None = None
@@ -140,7 +154,7 @@ class LiveTask:
         tenant: str,
         item: NewTask,
         now: float,
-        predicted_s: float,
+        durations: Durations,
         predicted_mem_mb: float | None,
     ) -> LiveTask:
         """The task ``item`` of ``tenant``, submitted at ``now``, queued."""
@@ -154,9 +168,11 @@ class LiveTask:
             pages=item.pages,
             mem_mb=item.mem_mb,
             submit_s=now,
-            predicted_s=predicted_s,
+            predicted_s=durations.predicted_s,
             predicted_mem_mb=predicted_mem_mb,
             priority=item.priority,
+            predicted_p50_s=durations.p50_s,
+            predicted_p90_s=durations.p90_s,
         )
 
     @classmethod
@@ -175,6 +191,8 @@ class LiveTask:
             predicted_s=row["predicted_s"] if row["predicted_s"] is not None else math.nan,
             predicted_mem_mb=row.get("predicted_mem_mb"),
             priority=row.get("priority") or 0,
+            predicted_p50_s=_nan_if_none(row.get("predicted_p50_s")),
+            predicted_p90_s=_nan_if_none(row.get("predicted_p90_s")),
             attempts=row["attempts"],
         )
         if row["state"] == TaskState.LEASED.value:
@@ -182,6 +200,10 @@ class LiveTask:
             task.lease_id, task.lease_expires_at = row["lease_id"], row["lease_expires_at"]
             task.start_s = row["start_s"] if row["start_s"] is not None else math.nan
         return task
+
+
+def _nan_if_none(value: float | None) -> float:
+    return math.nan if value is None else value
 
 
 @dataclass(frozen=True, slots=True)

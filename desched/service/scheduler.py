@@ -373,7 +373,8 @@ class Scheduler:
 
     def _admit(self, task: LiveTask) -> int:
         """Give ``task`` a position in the task table and make it live; its position."""
-        i = self.tasks.append(task.task_id, task.tenant, task.submit_s, math.nan, task.predicted_s)
+        i = self.tasks.append(task.task_id, task.tenant, task.submit_s, math.nan,
+                              task.predicted_s, task.predicted_p50_s, task.predicted_p90_s)
         self.live[i] = task
         self.position[task.task_id] = i
         return i
@@ -482,7 +483,7 @@ class Scheduler:
                     tenant,
                     item,
                     now,
-                    self.predictions.duration_s(tenant, item, now),
+                    self.predictions.durations(tenant, item, now),
                     memory[j],
                 )
                 for j, item in enumerate(items)

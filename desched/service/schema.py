@@ -39,6 +39,8 @@ SCHEMA = (
         result_ref TEXT,
         error TEXT,
         priority INTEGER NOT NULL DEFAULT 0,
+        predicted_p50_s DOUBLE PRECISION,
+        predicted_p90_s DOUBLE PRECISION,
         UNIQUE (tenant, batch_key, batch_index)
     )""",
     "CREATE INDEX IF NOT EXISTS tasks_live ON tasks (seq) WHERE state IN ('queued', 'leased')",

@@ -70,6 +70,8 @@ _SUBMITTED_COLUMNS = (
     "submit_s",
     "predicted_s",
     "priority",
+    "predicted_p50_s",
+    "predicted_p90_s",
 )
 TASK_COLUMNS = (*_SUBMITTED_COLUMNS, "batch_key", "batch_index", "request_sha256", "state")
 """What a submit inserts, in the order of ``INSERT_TASK``'s parameters."""
@@ -107,6 +109,8 @@ ADDED_COLUMNS = (
     ("principals", "expires_at", "DOUBLE PRECISION"),
     ("principals", "revoked_at", "DOUBLE PRECISION"),
     ("tasks", "priority", "INTEGER NOT NULL DEFAULT 0"),
+    ("tasks", "predicted_p50_s", "DOUBLE PRECISION"),
+    ("tasks", "predicted_p90_s", "DOUBLE PRECISION"),
 )
 """``(table, column, type)`` added after the first release: ``migrate`` adds them to an old
 database."""
@@ -178,7 +182,7 @@ CANCELLED_ERROR = "cancelled by its tenant"
 def insert_write(
     task: LiveTask, batch_key: str | None, batch_index: int | None, request_sha256: str | None
 ) -> Write:
-    """Insert a submitted task, queued (a NaN ``predicted_s`` is stored as NULL)."""
+    """Insert a submitted task, queued (a NaN prediction is stored as NULL)."""
     return Write(
         INSERT_TASK,
         (
@@ -194,6 +198,8 @@ def insert_write(
             task.submit_s,
             None if math.isnan(task.predicted_s) else task.predicted_s,
             task.priority,
+            None if math.isnan(task.predicted_p50_s) else task.predicted_p50_s,
+            None if math.isnan(task.predicted_p90_s) else task.predicted_p90_s,
             batch_key,
             batch_index,
             request_sha256,
