@@ -97,11 +97,12 @@ __all__ = [
     "scenario_criteria", "tenant_ratios", "verdict_of", "write_judge",
 ]
 
-Tune = Callable[[str, Sequence[Case]], Mapping[str, Any]]
-"""``tune(policy_name, training_cases) -> params``: the leave-one-log-out hook."""
+Tune = Callable[[str, Sequence[Case]], Mapping[str, float]]
+"""``tune(policy_name, training_cases) -> params``: the leave-one-log-out hook. The params are
+a policy's parameter values by name (validated by its ``Params``), over its spec's own."""
 
 
-def fixed_defaults(policy: str, training_cases: Sequence[Case]) -> dict[str, Any]:
+def fixed_defaults(policy: str, training_cases: Sequence[Case]) -> dict[str, float]:
     """The default tuner: no tuning, the policy's defaults (and its spec's parameters)."""
     return {}
 
