@@ -104,7 +104,7 @@ def clairvoyant_case(case: Case) -> Case:
         twin = Case(name=f"{CLAIRVOYANT_PREFIX}{case.name}", kind=case.kind,
                     source=case.source, frame=clairvoyant_frame(case.frame),
                     workers=case.workers, mean_train_duration_s=case.mean_train_duration_s,
-                    model={"clairvoyant": True}, load=case.load, train_frac=case.train_frac)
+                    model=None, load=case.load, train_frac=case.train_frac)
         case.outcomes[key] = twin
     return twin
 
