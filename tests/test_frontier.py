@@ -20,7 +20,7 @@ def one_worker_case(rows: list[tuple[str, str, float, float]], predicted: list[f
     frame = frame.with_columns(pred.alias("predicted_s"), pred.alias("predicted_p50_s"),
                                pred.alias("predicted_p90_s"))
     return Case(name="hand", kind="log", source="test", frame=frame, workers=1,
-                mean_train_duration_s=30.0, model={})
+                mean_train_duration_s=30.0)
 
 
 def starving_case() -> Case:
@@ -34,7 +34,7 @@ def starving_case() -> Case:
 def test_the_clairvoyant_twin_feeds_the_true_durations_as_predictions() -> None:
     case = starving_case()
     twin = fr.clairvoyant_case(case)
-    assert twin.name == "clairvoyant:hand" and twin.model == {"clairvoyant": True}
+    assert twin.name == "clairvoyant:hand" and twin.model is None  # no model: true durations
     for column in ("predicted_s", "predicted_p50_s", "predicted_p90_s"):
         assert twin.frame[column].to_list() == case.frame["duration_s"].to_list()
     assert case.frame["predicted_s"].to_list() == [50.0] * 210  # the case keeps its own

@@ -28,7 +28,7 @@ def tiny_case(name: str) -> Case:
         "duration_s": [float(1 + (k * 7) % 11) for k in range(40)],
         "predicted_s": [float(1 + (k * 5) % 11) for k in range(40)]})
     return Case(name=name, kind="log", source="test", frame=frame, workers=1,
-                mean_train_duration_s=5.0, model={})
+                mean_train_duration_s=5.0)
 
 
 def test_the_judge_never_hands_a_held_back_log_to_a_tuner() -> None:

@@ -134,7 +134,7 @@ def test_the_memory_model_and_the_hint_give_the_larger_prediction(tmp_path: Path
         wait(pending)
         got = {t.task_id: t.predicted_mem_mb for t in s.live.values()}
         assert got == {ids[0]: 200.0, ids[1]: 500.0}
-        assert s.task_view("a", ids[1])["predicted_mem_mb"] == 500.0
+        assert s.task_view("a", ids[1]).predicted_mem_mb == 500.0
     finally:
         s.stop()
     # The prediction is stored: a restart keeps it without the model.

@@ -218,7 +218,7 @@ def test_a_standby_whose_takeover_rebuild_fails_retries_it_and_serves(
         while not second.active and time.monotonic() < deadline:
             time.sleep(0.05)
         assert broken == [] and second.active
-        assert second.health()["queued"] == 1
+        assert second.health().queued == 1
         grant, pending = second.poll("w", "slot")
         assert grant is not None and grant.task.task_id == ids[0]
         wait(pending)
@@ -247,9 +247,9 @@ def test_a_row_changed_behind_the_services_back_is_logged_counted_and_recovered_
         intruder.close()
         with caplog.at_level(logging.ERROR, logger="desched.service"):
             failed = sched.complete("w", leased, grant.lease_id, 1.0)
-            assert sched.health()["leased"] == 0  # memory ran ahead by the queued write
+            assert sched.health().leased == 0  # memory ran ahead by the queued write
             woke_to: list[int] = []  # what memory held when the caller heard of the failure
-            failed.add_done_callback(lambda _: woke_to.append(sched.health()["leased"]))
+            failed.add_done_callback(lambda _: woke_to.append(sched.health().leased))
             with pytest.raises(StaleWrite) as caught:
                 failed.result(10)
         assert caught.value.status == 503 and caught.value.retry_after_s == 1
@@ -264,7 +264,7 @@ def test_a_row_changed_behind_the_services_back_is_logged_counted_and_recovered_
         assert metric(sched.metrics(), "desched_state_disagreements_total") == 1
         assert woke_to == [1]  # rebuilt from the database before the caller woke
         # Memory was rebuilt from the database: it now agrees with the forged row.
-        assert sched.health()["leased"] == 1 and sched.health()["queued"] == 1
+        assert sched.health().leased == 1 and sched.health().queued == 1
         with pytest.raises(Conflict):
             sched.complete("w", leased, grant.lease_id, 1.0)
         wait(sched.complete("w", leased, "forged", 1.0))

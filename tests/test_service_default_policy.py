@@ -10,7 +10,6 @@ import pytest
 
 from desched.cli.models import DEFAULT_REGISTRY
 from desched.policies import RECOMMENDED, WITHOUT_PREDICTION, default_policy, get_policy
-from desched.service.schemas import Health
 from desched.service.settings import ServiceSettings
 from tests.test_service_scheduler import FakeTime, FixedPredictor, make_scheduler
 
@@ -21,7 +20,7 @@ def test_with_a_duration_model_and_no_recorded_policy_the_service_runs_the_recom
     with caplog.at_level(logging.WARNING, logger="desched.service"):
         sched = make_scheduler(tmp_path / "state.db", FakeTime(), predictor=FixedPredictor())
     try:
-        health = Health(**sched.health())
+        health = sched.health()
         assert health.policy == RECOMMENDED == health.default_policy
         assert "a duration model is loaded" in health.default_policy_reason
         assert f"running {RECOMMENDED}" in caplog.text
@@ -35,7 +34,7 @@ def test_without_a_duration_model_the_service_falls_back_to_a_policy_that_needs_
     with caplog.at_level(logging.WARNING, logger="desched.service"):
         sched = make_scheduler(tmp_path / "state.db", FakeTime())
     try:
-        health = Health(**sched.health())
+        health = sched.health()
         expected, _ = default_policy(False)
         assert health.policy == expected == health.default_policy
         assert "predicted_s" not in get_policy(health.policy).reads
@@ -52,8 +51,8 @@ def test_a_recorded_policy_wins_over_the_default(tmp_path: Path) -> None:
                            policy="fifo")
     try:
         health = sched.health()
-        assert health["policy"] == "fifo"
-        assert health["default_policy"] == RECOMMENDED
+        assert health.policy == "fifo"
+        assert health.default_policy == RECOMMENDED
     finally:
         sched.stop()
 

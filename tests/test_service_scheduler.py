@@ -127,7 +127,7 @@ def test_an_expired_task_over_its_retry_limit_is_dead_lettered(
         sched.sweep()
     assert poll(sched) is None
     sched.flush()
-    assert sched.task_view("a", task_id)["state"] == "dead"
+    assert sched.task_view("a", task_id).state == "dead"
 
 
 def test_memory_is_rebuilt_from_the_database_at_start(tmp_path: Path, now: FakeTime) -> None:
@@ -195,7 +195,7 @@ def test_predictions_are_made_once_at_submit_and_enable_predicted_policies(
         assert grant.task.task_id == ids[1]  # shortest predicted job first
         wait(sched.complete("w", grant.task.task_id, grant.lease_id, 1.5))
         assert predictor.seen == [("a", "extract", 1.5)]
-        assert sched.task_view("a", ids[0])["predicted_s"] == 6.0
+        assert sched.task_view("a", ids[0]).predicted_s == 6.0
     finally:
         sched.stop()
 

@@ -40,7 +40,6 @@ twin of the case (``clairvoyant_case``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import polars as pl
 
@@ -105,7 +104,7 @@ def clairvoyant_case(case: Case) -> Case:
         twin = Case(name=f"{CLAIRVOYANT_PREFIX}{case.name}", kind=case.kind,
                     source=case.source, frame=clairvoyant_frame(case.frame),
                     workers=case.workers, mean_train_duration_s=case.mean_train_duration_s,
-                    model={"clairvoyant": True}, load=case.load, train_frac=case.train_frac)
+                    model=None, load=case.load, train_frac=case.train_frac)
         case.outcomes[key] = twin
     return twin
 
@@ -169,12 +168,3 @@ def frontier_of(case: Case, th: Thresholds | None = None,
         frontier = frontier.model_copy(update={"points": [
             p.model_copy(update={"clairvoyant": False}) for p in frontier.points]})
     return frontier
-
-
-def describe(frontier: Frontier) -> dict[str, Any]:
-    """A short summary of ``frontier`` for a table row."""
-    best = next((p for p in frontier.points if p.spec == frontier.best), None)
-    return {"workload": frontier.workload, "gain": frontier.gain, "best": frontier.best,
-            "p99_ratio": best.p99_ratio if best else None,
-            "delta_jain": best.delta_jain if best else None,
-            "worst_tenant": best.worst_tenant if best else None}

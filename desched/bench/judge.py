@@ -59,6 +59,7 @@ from desched.bench.frontier import Frontier, frontier_of
 from desched.bench.holdout import is_held_back
 from desched.bench.judge_cases import (
     Case,
+    CaseInfo,
     Progress,
     default_logs,
     prepare_cases,
@@ -90,18 +91,19 @@ from desched.records import Record
 from desched.tables import table_lines
 
 __all__ = [
-    "LOG_CRITERIA", "ORACLE", "SCENARIO_CRITERIA", "TIE_REL", "TODAY", "Case", "Criterion",
-    "JudgeResult", "Outcome", "Thresholds", "Tune", "Verdict", "default_logs",
+    "LOG_CRITERIA", "ORACLE", "SCENARIO_CRITERIA", "TIE_REL", "TODAY", "Case", "CaseInfo",
+    "Criterion", "JudgeResult", "Outcome", "Thresholds", "Tune", "Verdict", "default_logs",
     "default_policies", "evaluate", "fixed_defaults", "log_criteria", "outcome_of",
     "prepare_cases", "prepare_log", "prepare_scenario", "recommend", "resolve", "run_judge",
     "scenario_criteria", "tenant_ratios", "verdict_of", "write_judge",
 ]
 
-Tune = Callable[[str, Sequence[Case]], Mapping[str, Any]]
-"""``tune(policy_name, training_cases) -> params``: the leave-one-log-out hook."""
+Tune = Callable[[str, Sequence[Case]], Mapping[str, float]]
+"""``tune(policy_name, training_cases) -> params``: the leave-one-log-out hook. The params are
+a policy's parameter values by name (validated by its ``Params``), over its spec's own."""
 
 
-def fixed_defaults(policy: str, training_cases: Sequence[Case]) -> dict[str, Any]:
+def fixed_defaults(policy: str, training_cases: Sequence[Case]) -> dict[str, float]:
     """The default tuner: no tuning, the policy's defaults (and its spec's parameters)."""
     return {}
 
@@ -113,7 +115,7 @@ class JudgeResult(Record):
     oracle: str
     thresholds: Thresholds
     settings: dict[str, Any]
-    cases: list[dict[str, Any]]
+    cases: list[CaseInfo]
     policies: list[str]
     verdicts: list[Verdict]
     recommendation: str | None

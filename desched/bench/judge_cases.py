@@ -34,8 +34,10 @@ from typing import Any, Literal
 
 import numpy as np
 import polars as pl
+from pydantic import ConfigDict
 
 from desched.errors import DeschedError
+from desched.records import Record
 from desched.trace import MIN_PREDICTION_S
 
 CACHE_VERSION = 1
@@ -54,6 +56,57 @@ Progress = Callable[[str], None]
 CaseKind = Literal["log", "scenario"]
 
 
+class ModelInfo(Record):
+    """The duration model that predicted a case's test part, on its own test slice
+    (``desched.models.training.TrainResult``): the objective chosen on valid, its MAE and
+    Spearman's rank correlation, the baseline with the lowest MAE and that MAE, the rows it
+    trained on; then, as extra keys, each quantile model's coverage (``p50_coverage``, ...)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    objective: str
+    mae_s: float | None
+    spearman: float | None
+    best_baseline: str
+    best_baseline_mae_s: float | None
+    train_rows: int
+
+    @classmethod
+    def of(cls, result: Any) -> ModelInfo:
+        """The info of a ``TrainResult``."""
+        best = min(result.baselines.items(), key=lambda kv: kv[1]["mae_s"])
+        return cls(
+            objective=result.objective,
+            mae_s=result.metrics["mae_s"],
+            spearman=result.metrics["spearman"],
+            best_baseline=best[0],
+            best_baseline_mae_s=best[1]["mae_s"],
+            train_rows=result.window["rows"],
+            **{k: v for k, v in result.quantile_metrics.items() if k.endswith("_coverage")},
+        )
+
+
+class CaseInfo(Record):
+    """What ``judge.json`` records about a case (``Case.info``)."""
+
+    name: str
+    kind: CaseKind
+    source: str
+    tasks: int
+    tenants: int
+    workers: int
+    mean_train_duration_s: float
+    model: ModelInfo | None
+    load: float | None
+    train_frac: float | None
+
+
+CACHED = ("name", "kind", "source", "workers", "mean_train_duration_s", "model", "load",
+          "train_frac")
+"""The fields of ``CaseInfo`` a cached case keeps beside its test part (the rest are read
+off the frame)."""
+
+
 @dataclass
 class Case:
     """One workload of the judge: its test trace (with predictions) and how to run it.
@@ -67,7 +120,9 @@ class Case:
     frame: pl.DataFrame
     workers: int
     mean_train_duration_s: float
-    model: dict[str, Any]
+    model: ModelInfo | None = None
+    """The model that made the predictions (None where none did: a clairvoyant twin, whose
+    predictions are the true durations, or a case built by hand)."""
     load: float | None = LOAD
     """Offered load the test part was rescaled to (None for a scenario: its own)."""
     train_frac: float | None = TRAIN_FRAC
@@ -78,20 +133,20 @@ class Case:
     def tasks(self) -> int:
         return self.frame.height
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> CaseInfo:
         """What ``judge.json`` records about the case."""
-        return {
-            "name": self.name,
-            "kind": self.kind,
-            "source": self.source,
-            "tasks": self.tasks,
-            "tenants": int(self.frame["tenant"].n_unique()),
-            "workers": self.workers,
-            "mean_train_duration_s": self.mean_train_duration_s,
-            "model": self.model,
-            "load": self.load,
-            "train_frac": self.train_frac,
-        }
+        return CaseInfo(
+            name=self.name,
+            kind=self.kind,
+            source=self.source,
+            tasks=self.tasks,
+            tenants=int(self.frame["tenant"].n_unique()),
+            workers=self.workers,
+            mean_train_duration_s=self.mean_train_duration_s,
+            model=self.model,
+            load=self.load,
+            train_frac=self.train_frac,
+        )
 
 
 def default_logs() -> list[Path]:
@@ -116,19 +171,6 @@ def _digest(*parts: Any) -> str:
         h.update(p if isinstance(p, bytes) else json.dumps(p, sort_keys=True).encode())
         h.update(b"\x1f")
     return h.hexdigest()[:16]
-
-
-def _model_info(result: Any) -> dict[str, Any]:
-    best = min(result.baselines.items(), key=lambda kv: kv[1]["mae_s"])
-    return {
-        "objective": result.objective,
-        "mae_s": result.metrics["mae_s"],
-        "spearman": result.metrics["spearman"],
-        "best_baseline": best[0],
-        "best_baseline_mae_s": best[1]["mae_s"],
-        "train_rows": result.window["rows"],
-        **{k: v for k, v in result.quantile_metrics.items() if k.endswith("_coverage")},
-    }
 
 
 def predict_frame(result: Any, frame: pl.DataFrame) -> pl.DataFrame:
@@ -183,21 +225,21 @@ def _read_cache(base: Path) -> Case | None:
     try:
         meta = json.loads(meta_path.read_text())
         frame = pl.read_parquet(data_path)
-    except (OSError, ValueError, pl.exceptions.PolarsError):
+        model = meta.pop("model", None)
+        model = None if model is None else ModelInfo.model_validate(model)
+    except (OSError, ValueError, pl.exceptions.PolarsError):  # a ValidationError too
         return None
     if meta.get("kind") == "scenario":
         meta.setdefault("load", None)
         meta.setdefault("train_frac", None)
-    return Case(frame=frame, **meta)
+    return Case(frame=frame, model=model, **meta)
 
 
 def _write_cache(base: Path, case: Case) -> None:
     meta_path, data_path = _files(base)
     base.parent.mkdir(parents=True, exist_ok=True)
     case.frame.write_parquet(data_path)
-    meta = {k: v for k, v in case.info().items() if k in
-            ("name", "kind", "source", "workers", "mean_train_duration_s", "model", "load",
-             "train_frac")}
+    meta = case.info().model_dump(include=set(CACHED))
     meta_path.write_text(json.dumps(meta, indent=1))
 
 
@@ -242,14 +284,15 @@ def prepare_log(
     test = predicted.with_columns(pl.col("submit_s") - t0)
     workers = workers_for(test, load)
     test = rescale_to_load(test, workers, load)
+    model = ModelInfo.of(result)
     case = Case(name=name, kind="log", source=str(path), frame=test, workers=workers,
                 mean_train_duration_s=float(train_part["duration_s"].mean()),  # type: ignore[arg-type]
-                model=_model_info(result), load=load, train_frac=train_frac)
+                model=model, load=load, train_frac=train_frac)
     if base is not None:
         _write_cache(base, case)
     if progress:
         progress(f"{name}: {case.tasks} test tasks on {workers} workers, model MAE "
-                 f"{case.model['mae_s']:.0f} s")
+                 f"{model.mae_s:.0f} s")
     return case
 
 
@@ -297,7 +340,7 @@ def prepare_scenario(
     case = Case(name=label, kind="scenario", source=source, frame=test,
                 workers=SCENARIO_WORKERS,
                 mean_train_duration_s=float(train_frame["duration_s"].mean()),  # type: ignore[arg-type]
-                model=_model_info(result), load=None, train_frac=None)
+                model=ModelInfo.of(result), load=None, train_frac=None)
     if base is not None:
         _write_cache(base, case)
     return case

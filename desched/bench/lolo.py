@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 from desched.bench.holdout import is_held_back
 from desched.bench.judge import Case, Thresholds, verdict_of
@@ -66,7 +65,9 @@ class LoloTuner:
         mean = -math.inf if s.mean_share is None else s.mean_share
         return s.eligible, rank_key(s), mean
 
-    def __call__(self, policy: str, training: Sequence[Case]) -> dict[str, Any]:
+    def __call__(self, policy: str, training: Sequence[Case]) -> dict[str, float]:
+        """The grid point chosen for ``policy`` on the ``training`` logs (module docstring):
+        ``{}`` (the defaults) without a training log."""
         logs = [c for c in training if c.kind == "log" and not is_held_back(c.name)]
         grid = grid_of(policy)
         if len(grid) == 1 or not logs:

@@ -12,8 +12,8 @@ import os
 import platform
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from desched.enrich.classify import PrototypeClassifier, keyword_category
 from desched.enrich.documents import DEFAULT_SROIE, load_sroie
@@ -21,6 +21,40 @@ from desched.enrich.embedding import ModelChoice, load_embedder
 from desched.enrich.extract import extract_fields, score
 from desched.enrich.memory import PeakMemory
 from desched.tables import table_lines
+
+FIELDS = ("company", "date", "total")
+"""The extracted fields scored against the ground truth."""
+
+
+@dataclass(frozen=True, slots=True)
+class EnrichmentEval:
+    """One evaluation on the receipts (``evaluate``): exact-match accuracy per field with the
+    misses (receipt, extracted, truth); time per receipt of the rules, of the embedding in
+    batches and one at a time (on the first ``embed_single_sample`` receipts), with the
+    memory each added; how often the classifier's rules fire, how often the zero-shot
+    classifier agrees with them where they do, and the five most common disagreements
+    ``((rule, zero-shot), count)``; the machine it ran on."""
+
+    receipts: int
+    accuracy: dict[str, float]
+    misses: dict[str, list[tuple[str, str, str]]]
+    extract_ms_per_doc: float
+    model: str
+    device: str
+    load_s: float
+    embed_batched_ms_per_doc: float
+    embed_batch_size: int
+    embed_batched_peak_mb: float
+    embed_single_ms_per_doc: float
+    embed_single_sample: int
+    embed_single_peak_mb: float
+    rule_coverage: float
+    rule_categories: Counter[str]
+    zero_shot_agreement: float
+    zero_shot_categories: Counter[str]
+    confusion: list[tuple[tuple[str, str], int]]
+    cpu: str
+    torch_threads: int
 
 
 def evaluate(
@@ -30,11 +64,14 @@ def evaluate(
     limit: int | None = None,
     sample: int = 64,
     batch_size: int = 32,
-) -> dict[str, Any]:
+) -> EnrichmentEval:
+    """Extraction, embedding and classification over the first ``limit`` receipts under
+    ``root`` (all by default) with embedder ``model`` on ``device``: one pass each, the
+    embedding timed after a warm-up of two receipts."""
     receipts = load_sroie(root, limit)
     n = len(receipts)
     hits: Counter[str] = Counter()
-    misses: dict[str, list[tuple[str, str, str]]] = {"company": [], "date": [], "total": []}
+    misses: dict[str, list[tuple[str, str, str]]] = {k: [] for k in FIELDS}
     started = time.perf_counter()
     for r in receipts:
         f = extract_fields(r.text)
@@ -65,28 +102,28 @@ def evaluate(
     rules = [keyword_category(t) for t in texts]
     covered = [(r, z) for r, z in zip(rules, zero_shot) if r is not None]
     agree = sum(r == z for r, z in covered)
-    return {
-        "receipts": n,
-        "accuracy": {k: hits[k] / n for k in ("company", "date", "total")},
-        "misses": misses,
-        "extract_ms_per_doc": 1000 * extract_s / n,
-        "model": embedder.name,
-        "device": embedder.device,
-        "load_s": load_s,
-        "embed_batched_ms_per_doc": 1000 * batched_s / n,
-        "embed_batch_size": batch_size,
-        "embed_batched_peak_mb": batched_mem.peak_mb,
-        "embed_single_ms_per_doc": 1000 * single_s / max(1, len(one_by_one)),
-        "embed_single_sample": len(one_by_one),
-        "embed_single_peak_mb": single_mem.peak_mb,
-        "rule_coverage": len(covered) / n,
-        "rule_categories": Counter(r for r in rules if r is not None),
-        "zero_shot_agreement": agree / len(covered) if covered else float("nan"),
-        "zero_shot_categories": Counter(zero_shot),
-        "confusion": Counter((r, z) for r, z in covered if r != z).most_common(5),
-        "cpu": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores visible",
-        "torch_threads": _torch_threads(),
-    }
+    return EnrichmentEval(
+        receipts=n,
+        accuracy={k: hits[k] / n for k in FIELDS},
+        misses=misses,
+        extract_ms_per_doc=1000 * extract_s / n,
+        model=embedder.name,
+        device=embedder.device,
+        load_s=load_s,
+        embed_batched_ms_per_doc=1000 * batched_s / n,
+        embed_batch_size=batch_size,
+        embed_batched_peak_mb=batched_mem.peak_mb,
+        embed_single_ms_per_doc=1000 * single_s / max(1, len(one_by_one)),
+        embed_single_sample=len(one_by_one),
+        embed_single_peak_mb=single_mem.peak_mb,
+        rule_coverage=len(covered) / n,
+        rule_categories=Counter(r for r in rules if r is not None),
+        zero_shot_agreement=agree / len(covered) if covered else float("nan"),
+        zero_shot_categories=Counter(zero_shot),
+        confusion=Counter((r, z) for r, z in covered if r != z).most_common(5),
+        cpu=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores visible",
+        torch_threads=_torch_threads(),
+    )
 
 
 def _torch_threads() -> int:
@@ -95,43 +132,43 @@ def _torch_threads() -> int:
     return int(torch.get_num_threads())
 
 
-def markdown(res: dict[str, Any]) -> str:
-    acc = res["accuracy"]
+def markdown(res: EnrichmentEval) -> str:
+    """The report ``python -m desched.enrich.evaluate`` prints (docs/enrichment.md)."""
+    acc, n = res.accuracy, res.receipts
     lines = [
-        f"receipts: {res['receipts']}",
+        f"receipts: {n}",
         "",
         *table_lines(
             ["field", "exact match after normalisation"],
-            [[k, f"{acc[k]:.1%} ({round(acc[k] * res['receipts'])}/{res['receipts']})"]
-             for k in ("company", "date", "total")],
+            [[k, f"{acc[k]:.1%} ({round(acc[k] * n)}/{n})"] for k in FIELDS],
         ),
         "",
-        f"extraction (rules): {res['extract_ms_per_doc']:.3f} ms per receipt",
+        f"extraction (rules): {res.extract_ms_per_doc:.3f} ms per receipt",
         (
-            f"embedding model: {res['model']} on {res['device']} (load {res['load_s']:.1f} s; "
-            f"torch threads {res['torch_threads']}; {res['cpu']})"
+            f"embedding model: {res.model} on {res.device} (load {res.load_s:.1f} s; "
+            f"torch threads {res.torch_threads}; {res.cpu})"
         ),
         (
-            f"- batches of {res['embed_batch_size']}: {res['embed_batched_ms_per_doc']:.1f} ms "
-            f"per receipt, peak memory added {res['embed_batched_peak_mb']:.1f} MiB"
+            f"- batches of {res.embed_batch_size}: {res.embed_batched_ms_per_doc:.1f} ms "
+            f"per receipt, peak memory added {res.embed_batched_peak_mb:.1f} MiB"
         ),
         (
-            f"- one at a time ({res['embed_single_sample']} receipts): "
-            f"{res['embed_single_ms_per_doc']:.1f} ms per receipt, peak memory added "
-            f"{res['embed_single_peak_mb']:.1f} MiB"
+            f"- one at a time ({res.embed_single_sample} receipts): "
+            f"{res.embed_single_ms_per_doc:.1f} ms per receipt, peak memory added "
+            f"{res.embed_single_peak_mb:.1f} MiB"
         ),
         "",
         (
-            f"classifier: rules fire on {res['rule_coverage']:.1%} of receipts "
-            f"({dict(res['rule_categories'])}); zero-shot agrees with them on "
-            f"{res['zero_shot_agreement']:.1%} of those; zero-shot over all: "
-            f"{dict(res['zero_shot_categories'])}; most common disagreements (rule, zero-shot): "
-            f"{res['confusion']}"
+            f"classifier: rules fire on {res.rule_coverage:.1%} of receipts "
+            f"({dict(res.rule_categories)}); zero-shot agrees with them on "
+            f"{res.zero_shot_agreement:.1%} of those; zero-shot over all: "
+            f"{dict(res.zero_shot_categories)}; most common disagreements (rule, zero-shot): "
+            f"{res.confusion}"
         ),
     ]
-    for key in ("company", "date", "total"):
+    for key in FIELDS:
         lines += ["", f"first misses, {key} (receipt, extracted, truth):"]
-        lines += [f"- {m}" for m in res["misses"][key][:5]]
+        lines += [f"- {m}" for m in res.misses[key][:5]]
     return "\n".join(lines)
 
 

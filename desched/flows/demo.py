@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 from prefect import flow
 
@@ -78,7 +77,7 @@ def _demo(settings: DemoSettings, quick: bool, out: str, run: str | None,
         "ingest", "ingest and validate the decision logs into DuckDB",
         lambda: ingest_logs(logs_dir=str(dirs["logs"]), db_path=str(db_path)))
 
-    def train_all() -> dict[str, Any]:
+    def train_all() -> dict[str, t.PredictorResult]:
         calls = []
         for w in settings.q3_workloads:
             baseline = q1[w].dirs[settings.baseline]
@@ -114,7 +113,7 @@ def _demo(settings: DemoSettings, quick: bool, out: str, run: str | None,
                          "traces", tune_all)
     learned = {name: (card, str(dirs["weights"] / name)) for name, card in cards.items()}
 
-    def evaluate_all() -> tuple[dict[str, Any], list[Any]]:
+    def evaluate_all() -> tuple[dict[str, t.HeldoutRuns], list[t.EvalRow]]:
         sims = t.simulate_q3_all(
             {w: (trained[w].heldout_trace, trained[w].workers,
                  t.heldout_candidates(workloads[w].info, learned, settings.baseline))
@@ -126,7 +125,7 @@ def _demo(settings: DemoSettings, quick: bool, out: str, run: str | None,
     sims, eval_rows = progress.run("evaluate", "evaluate every policy (held-out parts, seeds)",
                                    evaluate_all)
 
-    def write() -> Any:
+    def write() -> t.Report:
         report = t.assemble_report(
             run=run, settings=settings, specs=specs, workloads=workloads,
             ingestion=t.ingestion_of(ingest), q1=q1, eval_rows=eval_rows, cards=cards,

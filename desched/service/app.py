@@ -295,7 +295,7 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
     )
     async def get_task(task_id: TaskId, tenant: Tenant) -> m.TaskView:
         """State, times and result reference of one of the tenant's tasks."""
-        return m.TaskView(**sched.task_view(tenant, task_id))
+        return sched.task_view(tenant, task_id)
 
     @app.post(
         "/v1/poll",
@@ -380,7 +380,7 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
     async def healthz() -> Any:
         """Readiness: the role (active or standby), the live policy and queue sizes; 503
         while this service stands by."""
-        health = m.Health(**sched.health())
+        health = sched.health()
         if health.role == "active":
             return health
         return JSONResponse(

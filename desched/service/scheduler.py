@@ -118,6 +118,7 @@ from desched.service.records import (
     TaskState,
     request_digest,
 )
+from desched.service.schemas import Health, TaskView
 from desched.service.store import (
     CONTROLS_EPOCH_SEEN_KEY,
     TOKEN_EPOCH_SEEN_KEY,
@@ -502,14 +503,14 @@ class Scheduler:
                 self.keys.remember(tenant, idempotency_key, ids, digest, pending)
             return ids, True, pending
 
-    def task_view(self, tenant: str, task_id: str) -> dict[str, Any]:
+    def task_view(self, tenant: str, task_id: str) -> TaskView:
         """The stored record of ``task_id`` if ``tenant`` owns it, else ``NotFound``."""
         self._require_active()
         with self.read_lock:
             view = self.store.task_view(task_id)
         if view is None or view["tenant"] != tenant:
             raise NotFound(f"no task {task_id!r} for this tenant")
-        return view
+        return TaskView(**view)
 
     def poll(
         self, worker: str, worker_id: str, free_mem_mb: float | None = None
@@ -761,21 +762,22 @@ class Scheduler:
                 self._rebuild(self.host.spec)
             return self._expire(self.clock())
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> Health:
+        """What ``/healthz`` answers: the role, the policy in force and the queue sizes."""
         with self.lock:
             status = "degraded" if self._stale else "ok"
-            return {
-                "status": status if self.active else "standby",
-                "role": "active" if self.active else "standby",
-                "policy": self.host.spec.name,
-                "params": self.host.policy.params.model_dump() if self.active else {},
-                "queued": len(self.queued),
-                "leased": len(self.leases),
-                "predictor": self.predictions.duration is not None,
-                "policy_error": self.host.error,
-                "default_policy": self.host.default.name,
-                "default_policy_reason": self.host.default_reason,
-            }
+            return Health(
+                status=status if self.active else "standby",
+                role="active" if self.active else "standby",
+                policy=self.host.spec.name,
+                params=self.host.policy.params.model_dump() if self.active else {},
+                queued=len(self.queued),
+                leased=len(self.leases),
+                predictor=self.predictions.duration is not None,
+                policy_error=self.host.error,
+                default_policy=self.host.default.name,
+                default_policy_reason=self.host.default_reason,
+            )
 
     def _snapshot(self) -> Snapshot:
         """What one scrape of ``/metrics`` reports, read in one go under the lock."""

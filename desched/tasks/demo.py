@@ -45,7 +45,7 @@ from desched.bench.demo import (
     trace_specs,
     tune_settings,
 )
-from desched.bench.evaluate import EvalCell, run_cell
+from desched.bench.evaluate import EvalCell, EvalRow, run_cell
 from desched.bench.pool import Pool
 from desched.bench.report.inputs import HeldoutRuns, PredictorResult, Q1Runs
 from desched.bench.report.records import Report
@@ -56,7 +56,8 @@ from desched.bench.weights import WeightsCard
 T = TypeVar("T")
 
 __all__ = [  # the tasks, and what the demo flow reads of desched.bench through this module
-    "STEP_SHARES", "DemoRun", "DemoSettings", "Mode", "Pool", "Progress", "WeightsCard",
+    "STEP_SHARES", "DemoRun", "DemoSettings", "EvalRow", "HeldoutRuns", "Mode", "Pool",
+    "PredictorResult", "Progress", "Report", "WeightsCard",
     "assemble_report", "deploy_of", "evaluate_over_seeds",
     "heldout_candidates", "ingestion_of", "over_seeds_cells", "over_seeds_rows",
     "prepare_workload", "publish_report", "simulate_q1_all", "simulate_q3_all", "trace_specs",

@@ -58,15 +58,14 @@ def deploy_section(result: JudgeResult, source: str) -> DeploySection:
     all_pass = [p for p in candidates
                 if all(v.all_passed for v in result.verdicts if v.policy == p)]
     rec = [v for v in result.verdicts if v.policy == result.recommendation]
-    loads = [c.get("load") for c in result.cases if c["kind"] == "log"]
+    loads = [c.load for c in result.cases if c.kind == "log"]
     return DeploySection(
         source=source, today=result.today, oracle=result.oracle,
         thresholds=result.thresholds.model_dump(), load=loads[0] if loads else None,
         recommendation_passed=sum(v.passed for v in rec),
         recommendation_criteria=sum(len(v.criteria) for v in rec),
-        logs=list(dict.fromkeys(c["name"] for c in result.cases if c["kind"] == "log")),
-        scenarios=list(dict.fromkeys(c["name"] for c in result.cases
-                                     if c["kind"] == "scenario")),
+        logs=list(dict.fromkeys(c.name for c in result.cases if c.kind == "log")),
+        scenarios=list(dict.fromkeys(c.name for c in result.cases if c.kind == "scenario")),
         policies=candidates, rows=rows, harm=harm, recommendation=result.recommendation,
         reason=result.recommendation_reason, deployed_default=RECOMMENDED, all_pass=all_pass)
 
