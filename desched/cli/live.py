@@ -244,7 +244,7 @@ def live_demo(
         service = running.enter_context(_process(
             serve_argv(service_port, "--policy", policy), service_env, folder / "service.log",
             keep=keep))
-        _wait_http(f"{service_url}/healthz", service, "desched serve", folder / "service.log", 60)
+        _wait_http(f"{service_url}/healthz", service, "desched serve", folder / "service.log", 120)
         click.echo(f"service: {service_url} (policy {policy})")
         click.echo(f"operator page: {service_url}/ui#token={operator_token}")
         if server is not None:
