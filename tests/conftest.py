@@ -148,3 +148,17 @@ def prefect_harness() -> Iterator[None]:
 
     with prefect_test_harness(server_startup_timeout=90):
         yield
+
+
+@pytest.fixture(scope="session")
+def small_duration_registry(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A duration-model registry with one champion (and its p50/p90 models) trained on a
+    small generated trace; tests that alter it work on a copy."""
+    from desched.models.promotion import register
+    from desched.models.training import TrainSettings, train
+    from desched.workloads import generate
+
+    root = tmp_path_factory.mktemp("models") / "duration"
+    frame = generate("steady", tasks=2500, tenants=10, seed=21)
+    register(root, train(frame, TrainSettings(max_rounds=150)), commit="test")
+    return root

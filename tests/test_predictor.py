@@ -30,11 +30,8 @@ from desched.workloads import generate
 
 
 @pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("models") / "duration"
-    frame = generate("steady", tasks=2500, tenants=10, seed=21)
-    register(root, train(frame, TrainSettings(max_rounds=150)), commit="test")
-    return root
+def registry(small_duration_registry: Path) -> Path:
+    return small_duration_registry
 
 
 @pytest.fixture(scope="module")

@@ -17,24 +17,17 @@ from hypothesis import strategies as st
 
 from desched.models.duration import QUANTILE_KEYS, Predictor
 from desched.models.loading import load_duration_predictor
-from desched.models.promotion import register
 from desched.models.registry import Registry
-from desched.models.training import TrainSettings, train
 from desched.service.records import NewTask
 from desched.service.schema import SCHEMA
 from desched.service.store import Store
 from desched.service.writer import wait
-from desched.workloads import generate
 from tests.test_service_scheduler import FakeTime, FixedPredictor, make_scheduler, poll
 
 
 @pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # the same model as tests/test_predictor.py: the machine's forest cache compiles it once
-    root = tmp_path_factory.mktemp("models") / "duration"
-    frame = generate("steady", tasks=2500, tenants=10, seed=21)
-    register(root, train(frame, TrainSettings(max_rounds=150)), commit="test")
-    return root
+def registry(small_duration_registry: Path) -> Path:
+    return small_duration_registry
 
 
 @pytest.fixture(scope="module")
