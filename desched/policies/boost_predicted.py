@@ -494,10 +494,13 @@ class NaiveBoostHistory:
         self.g: float | None = None
         self.size = math.nan
 
+    def label_of(self, i: int) -> tuple[float, float]:
+        return naive_label(self.tasks, i)
+
     def boost_of(self, i: int) -> float:
         if self.g is None:
             return 0.0
-        m = naive_moment(naive_label(self.tasks, i), self.g)
+        m = naive_moment(self.label_of(i), self.g)
         if m == math.inf:
             return 0.0
         if m <= 1.0:
@@ -515,7 +518,7 @@ class NaiveBoostHistory:
     def dispatched(self, i: int) -> None:
         self.busy.append(i)
         self.peak = max(self.peak, len(self.busy))
-        c, theta = naive_label(self.tasks, i)
+        c, theta = self.label_of(i)
         self.history.append((c, theta, self.tasks.submit_s[i]))
         n, w = len(self.history), self.params.window
         if n % w == 0 or (n < w and n in {2 ** j for j in range(1, 17)}):
