@@ -256,23 +256,33 @@ def write_run(
 ) -> RunSummary:
     """Write the run folder and return its summary (also written as ``summary.json``);
     ``decision_log=False`` leaves out ``decision-log.parquet`` (a bench run that does not
-    ingest it). Every column is built from arrays (numpy, polars), none row by row."""
+    ingest it). Every column is built from arrays (numpy, polars), none row by row. The
+    Parquet files are written on a second thread (polars releases the GIL) while this one
+    builds the decision log and computes the metrics; ``summary.json`` is written last, once
+    every file is, and a failed write raises here."""
+    from concurrent.futures import ThreadPoolExecutor
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tasks = tasks_frame(trace, result)
     decisions = decisions_frame(trace, result, components)
-    tasks.write_parquet(out / "tasks.parquet", compression_level=PARQUET_ZSTD_LEVEL)
-    decisions.write_parquet(out / "decisions.parquet", compression_level=PARQUET_ZSTD_LEVEL)
     log = out / "decision-log.parquet"
-    completed = completion_order(result)
-    if decision_log:
-        decision_log_from_arrays(tasks, decisions, result, completed).write_parquet(
-            log, compression_level=PARQUET_ZSTD_LEVEL
-        )
-    elif log.exists():
-        log.unlink()  # a stale log of an earlier run in this folder
-    summary = summary_of(tasks, result, params=params, seed=seed, window_s=window_s,
-                         completed=completed)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="desched-write") as writer:
+        written = [
+            writer.submit(frame.write_parquet, out / name, compression_level=PARQUET_ZSTD_LEVEL)
+            for name, frame in (("tasks.parquet", tasks), ("decisions.parquet", decisions))
+        ]
+        completed = completion_order(result)
+        if decision_log:
+            written.append(writer.submit(
+                decision_log_from_arrays(tasks, decisions, result, completed).write_parquet,
+                log, compression_level=PARQUET_ZSTD_LEVEL))
+        elif log.exists():
+            log.unlink()  # a stale log of an earlier run in this folder
+        summary = summary_of(tasks, result, params=params, seed=seed, window_s=window_s,
+                             completed=completed)
+        for write in written:
+            write.result()
     (out / "summary.json").write_text(
         json.dumps(summary.model_dump(), indent=2, allow_nan=True) + "\n")
     return summary

@@ -1,6 +1,6 @@
-"""The run folder's fast paths (desched.runs) against their references: the decision log
-built from arrays equals the one merged from the record frames, whatever the trace's
-columns, ties and engine."""
+"""The fast paths of a simulation's outputs against their references: the decision log built
+from arrays equals the one merged from the record frames, whatever the trace's columns, ties
+and engine; the trace's id check by hashes answers as counting the ids does."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import polars as pl
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -103,3 +104,20 @@ def test_completions_are_listed_by_end_time_then_worker() -> None:
     assert list(zip(end.tolist(), worker.tolist())) == sorted(zip(end.tolist(),
                                                                  worker.tolist()))
     assert not math.isnan(end.sum())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(max_size=3), max_size=30))
+def test_ids_are_distinct_by_hash_exactly_when_they_are_by_count(ids: list[str]) -> None:
+    from desched.trace import all_distinct
+
+    column = pl.Series("task_id", ids, dtype=pl.String)
+    assert all_distinct(column) == (column.n_unique() == len(ids))
+
+
+def test_a_hash_collision_does_not_refuse_distinct_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    from desched.trace import all_distinct
+
+    monkeypatch.setattr(pl.Series, "hash", lambda self, *a, **k: pl.Series([7] * self.len()))
+    assert all_distinct(pl.Series(["a", "b", "c"]))
+    assert not all_distinct(pl.Series(["a", "b", "a"]))
