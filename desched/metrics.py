@@ -104,6 +104,7 @@ class RunArrays:
     ``tenant`` holds the tenant names, or, when ``tenant_names`` (sorted, distinct, each with
     a task) is given, integer codes into it: sorting a million strings costs more than the
     rest of the metrics together, and a data frame library finds the codes much faster.
+    The metrics do not depend on ``start_order`` and ``end_order``, only their cost does.
     """
 
     tenant: npt.NDArray[np.str_] | npt.NDArray[np.object_] | npt.NDArray[np.int64]
@@ -112,6 +113,11 @@ class RunArrays:
     start_s: Floats
     end_s: Floats
     tenant_names: npt.NDArray[np.str_] | npt.NDArray[np.object_] | None = None
+    start_order: Ints | None = None
+    """Task positions in start order (a run's decision order), if known: it spares a sort.
+    Any permutation that sorts ``start_s`` will do; one that does not is ignored."""
+    end_order: Ints | None = None
+    """Task positions in end order (a run's completion order), if known, as ``start_order``."""
 
     def tenant_codes(self) -> tuple[npt.NDArray[Any], Ints]:
         """The distinct tenant names, sorted, and each task's index into them."""
@@ -151,29 +157,59 @@ def _p(x: Floats, q: float) -> float:
     return float(np.percentile(x, q)) if x.size else math.nan
 
 
-def order_by(codes: Ints, values: Floats) -> Ints:
+def sorting(values: Floats, hint: Ints | None = None) -> Ints:
+    """A permutation that sorts ``values``: ``hint`` when it does (checked in O(n)), else
+    the stable sort, which takes linear time on values already in order."""
+    if hint is not None and hint.size == values.size:
+        v = values[hint]
+        if bool(np.all(v[1:] >= v[:-1])):
+            return np.asarray(hint, dtype=np.int64)
+    return np.asarray(np.argsort(values, kind="stable"), dtype=np.int64)
+
+
+def order_by(codes: Ints, values: Floats, by_value: Ints | None = None) -> Ints:
     """``np.lexsort((values, codes))`` (by code, then value, then position), as two stable
     sorts: by value, then by code, which a radix sort does in O(n) for fewer than 65,536
-    codes; the same permutation at about half the cost of ``lexsort`` on a million rows."""
-    by_value = np.argsort(values, kind="stable")
+    codes; the same permutation at about half the cost of ``lexsort`` on a million rows.
+    ``by_value``, a permutation that sorts ``values`` (``sorting``), spares the first sort;
+    tasks of one code with equal values may then come in another order, which no caller
+    here depends on (they read counts, sums and values at the ends of such runs)."""
+    if by_value is None:
+        by_value = np.argsort(values, kind="stable")
     c = codes[by_value]
     if c.size and 0 <= int(c.min()) and int(c.max()) < 1 << 16:
         c = c.astype(np.uint16)
     return np.asarray(by_value[np.argsort(c, kind="stable")], dtype=np.int64)
 
 
+PARTITION_GROUPS = 4096
+"""Up to this many groups, ``_group_percentile`` selects within each group (O(n)) rather than
+sorting every value."""
+
+
 def _group_percentile(codes: Ints, values: Floats, counts: Ints, q: float) -> Floats:
     """Per-group ``np.percentile(values[codes == k], q)`` (linear method) for every group ``k``
-    with at least one value, all groups at once: O(n log n)."""
-    order = order_by(codes, values)
-    v = values[order]
+    with at least one value, all groups at once: the two order statistics each percentile
+    interpolates between, by a selection within each group (O(n), a radix sort by group
+    then ``np.partition``) for up to ``PARTITION_GROUPS`` groups, else by one sort
+    (O(n log n)); both find the same values."""
     first = np.concatenate(([0], np.cumsum(counts)[:-1]))
     virtual = (q / 100.0) * (counts - 1).astype(np.float64)
     below = np.floor(virtual).astype(np.int64)
     above = np.minimum(below + 1, counts - 1)
     frac = virtual - below
-    a = v[first + below]
-    b = v[first + above]
+    if counts.size <= PARTITION_GROUPS:
+        v = values[np.argsort(codes.astype(np.uint16), kind="stable")]
+        a = np.full(counts.size, math.nan)
+        b = np.full(counts.size, math.nan)
+        for k in np.flatnonzero(counts > 0).tolist():
+            group = v[first[k] : first[k] + counts[k]]
+            group.partition((int(below[k]), int(above[k])))
+            a[k], b[k] = group[below[k]], group[above[k]]
+    else:
+        v = values[order_by(codes, values)]
+        a = v[first + below]
+        b = v[first + above]
     diff = b - a
     # numpy's _lerp: from the nearer end, so that the result stays within [a, b]
     return np.asarray(np.where(frac >= 0.5, b - diff * (1.0 - frac), a + diff * frac),
@@ -202,17 +238,23 @@ def window_edges(submit_s: Floats, end_s: Floats, window_s: float | None) -> Flo
     return np.asarray(t0 + window_s * np.arange(count + 1), dtype=np.float64)
 
 
-def _busy_runs(codes: Ints, submit: Floats, start: Floats) -> tuple[Ints, Floats, Floats]:
+def _busy_runs(
+    codes: Ints, submit: Floats, start: Floats, start_order: Ints | None = None
+) -> tuple[Ints, Floats, Floats]:
     """Per tenant, the maximal intervals ``[p, q)`` over which it had a queued task.
 
     A task is queued over ``[submit, start)``; events at one instant are applied together, so
     an interval ends at the first instant after which the tenant's queued count is zero.
-    Returns (tenant code, p, q) of every interval: one sort of the 2n events.
+    Returns (tenant code, p, q) of every interval: one sort of the 2n events by (tenant,
+    time), as a merge of the submissions and the starts in time order (``start_order``,
+    when given, and a trace in submission order spare their sorts) and a radix sort.
     """
+    n = codes.size
     ev_code = np.concatenate((codes, codes))
     ev_t = np.concatenate((submit, start))
-    ev_step = np.concatenate((np.ones(codes.size, np.int64), -np.ones(codes.size, np.int64)))
-    order = order_by(ev_code, ev_t)
+    ev_step = np.concatenate((np.ones(n, np.int64), -np.ones(n, np.int64)))
+    runs = np.concatenate((sorting(submit), n + sorting(start, start_order)))
+    order = order_by(ev_code, ev_t, runs[np.argsort(ev_t[runs], kind="stable")])
     c, t = ev_code[order], ev_t[order]
     # every tenant's steps sum to zero, so the running total is each tenant's own count
     count = np.cumsum(ev_step[order])
@@ -243,28 +285,33 @@ def _window_lags(
     most = np.full(n_windows, -np.inf)
     least = np.full(n_windows, np.inf)
     backlogged = np.zeros(n_windows, dtype=np.int64)
-    run_code, p, q = _busy_runs(codes, run.submit_s, run.start_s)
+    run_code, p, q = _busy_runs(codes, run.submit_s, run.start_s, run.start_order)
     first = np.searchsorted(lo, p, side="left")
     stop = np.searchsorted(hi, q, side="right")
     keep = stop > first
     run_code, first, stop = run_code[keep], first[keep], stop[keep]
     if run_code.size == 0:
         return np.zeros(n_windows), backlogged
-    values = np.unique(np.concatenate((run.start_s, run.end_s, edges)))
+    start_order = sorting(run.start_s, run.start_order)
+    end_order = sorting(run.end_s, run.end_order)
+    # np.unique's values, from three runs in order merged by one stable sort
+    values = np.sort(np.concatenate((run.start_s[start_order], run.end_s[end_order], edges)),
+                     kind="stable")
+    values = values[np.concatenate(([True], values[1:] != values[:-1]))]
     ranks = values.size
     edge_rank = np.searchsorted(values, edges)
     counts = np.bincount(codes, minlength=n_tenants)
     seg0 = np.concatenate(([0], np.cumsum(counts)[:-1]))
 
-    def side(times: Floats) -> tuple[Ints, npt.NDArray[np.longdouble]]:
-        order = order_by(codes, times)
+    def side(times: Floats, by_time: Ints) -> tuple[Ints, npt.NDArray[np.longdouble]]:
+        order = order_by(codes, times, by_time)
         ts = times[order]
         key = codes[order].astype(np.int64) * ranks + np.searchsorted(values, ts)
         prefix = np.concatenate(([0.0], np.cumsum(ts.astype(np.longdouble))))
         return key, prefix
 
-    start_key, start_sum = side(run.start_s)
-    end_key, end_sum = side(run.end_s)
+    start_key, start_sum = side(run.start_s, start_order)
+    end_key, end_sum = side(run.end_s, end_order)
 
     def service_at(k: Ints, e: Ints) -> npt.NDArray[np.longdouble]:
         x = edges[e].astype(np.longdouble)
@@ -299,14 +346,28 @@ def _window_lags(
     return np.asarray(lag, dtype=np.float64), backlogged
 
 
+DENSE_CELLS = 1 << 20
+DENSE_CELLS_PER_TASK = 4
+"""``_window_jain`` counts tasks per (window, tenant) cell in an array while the cells number
+at most ``DENSE_CELLS`` plus this many per task, else it sorts the tasks' keys."""
+
+
 def _window_jain(
     codes: Ints, n_tenants: int, slow: Floats, window_of: Ints, n_windows: int
 ) -> Floats:
     """Per window, Jain's index over the per-tenant mean slowdown of the tasks submitted in it
-    (NaN for a window without submissions): one sort of (window, tenant) keys."""
+    (NaN for a window without submissions): a count per (window, tenant) cell, or, where
+    the cells far outnumber the tasks, one sort of the tasks' (window, tenant) keys (the
+    same sums: each adds its tasks in position order)."""
     key = window_of.astype(np.int64) * n_tenants + codes
-    pairs, inverse = np.unique(key, return_inverse=True)
-    mean = np.bincount(inverse, weights=slow) / np.bincount(inverse)
+    cells = n_windows * n_tenants
+    if cells <= DENSE_CELLS_PER_TASK * key.size + DENSE_CELLS:
+        tasks = np.bincount(key, minlength=cells)
+        pairs = np.flatnonzero(tasks)
+        mean = np.bincount(key, weights=slow, minlength=cells)[pairs] / tasks[pairs]
+    else:
+        pairs, inverse = np.unique(key, return_inverse=True)
+        mean = np.bincount(inverse, weights=slow) / np.bincount(inverse)
     win = pairs // n_tenants
     total = np.bincount(win, weights=mean, minlength=n_windows)
     squares = np.bincount(win, weights=mean * mean, minlength=n_windows)

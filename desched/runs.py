@@ -138,21 +138,14 @@ def completions_frame(tasks: pl.DataFrame) -> pl.DataFrame:
 def merge_order(decision_t: npt.NDArray[np.float64],
                 completion_t: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
     """Row order of decisions followed by completions (as concatenated) sorted by time,
-    completions first within an instant, each stream keeping its own order: a merge by two
-    binary searches when both streams are in time order (as a run's are), else a stable sort.
+    completions first within an instant, each stream keeping its own order: one stable sort
+    by time, which takes linear time when both streams are in time order (as a run's are).
     """
-    nd = decision_t.size
-    if np.all(decision_t[1:] >= decision_t[:-1]) and np.all(completion_t[1:] >= completion_t[:-1]):
-        at = np.empty(nd + completion_t.size, dtype=np.int64)
-        at[:nd] = np.arange(nd) + np.searchsorted(completion_t, decision_t, side="right")
-        at[nd:] = np.arange(completion_t.size) + np.searchsorted(decision_t, completion_t,
-                                                                   side="left")
-        order = np.empty_like(at)
-        order[at] = np.arange(at.size)
-        return order
-    t = np.concatenate((decision_t, completion_t))
-    kind = np.concatenate((np.ones(nd, np.int8), np.zeros(completion_t.size, np.int8)))
-    return np.lexsort((np.arange(t.size), kind, t)).astype(np.int64)
+    nd, nc = decision_t.size, completion_t.size
+    # completions placed first: a stable sort by time alone then breaks ties by kind and
+    # position; numpy's stable sort merges the two runs of an ordered log in linear time
+    by_time = np.argsort(np.concatenate((completion_t, decision_t)), kind="stable")
+    return np.where(by_time >= nc, by_time - nc, by_time + nd).astype(np.int64)
 
 
 def decision_log_frame(decisions: pl.DataFrame, completions: pl.DataFrame) -> pl.DataFrame:
@@ -171,6 +164,85 @@ def decision_log_frame(decisions: pl.DataFrame, completions: pl.DataFrame) -> pl
     return merged.select(first + [c for c in merged.columns if c not in first])
 
 
+def completion_order(result: SimResult) -> npt.NDArray[np.int64]:
+    """Task positions in the order the completion records of the decision log list them: by
+    end time, then worker (``completions_frame``'s order); one worker's completions at one
+    instant, which only a duration below the resolution of its start time can give, in the
+    order it started them. One worker's tasks, in decision order, end in time order, so a
+    stable sort of the tasks grouped by worker merges ``workers`` sorted runs: O(n log W)."""
+    d = result.decisions
+    task = np.frombuffer(d.task, dtype=np.int64) if len(d.task) else np.zeros(0, np.int64)
+    worker = np.frombuffer(d.worker, dtype=np.int32) if len(d.worker) else np.zeros(0, np.int32)
+    if result.workers <= 1 << 16:
+        worker = worker.astype(np.uint16)  # a radix sort
+    by_worker = task[np.argsort(worker, kind="stable")]
+    end = np.frombuffer(result.end_s, dtype=np.float64) if len(result.end_s) else np.zeros(0)
+    return np.asarray(by_worker[np.argsort(end[by_worker], kind="stable")], dtype=np.int64)
+
+
+def _where_index(valid: npt.NDArray[np.bool_], index: npt.NDArray[np.int64]) -> pl.Series:
+    """``index`` where ``valid``, null elsewhere: gathering by it gives nulls there."""
+    return pl.select(
+        pl.when(pl.Series(valid)).then(pl.Series(index, dtype=pl.get_index_type()))
+    ).to_series()
+
+
+def decision_log_from_arrays(
+    tasks: pl.DataFrame, decisions: pl.DataFrame, result: SimResult,
+    completed: npt.NDArray[np.int64],
+) -> pl.DataFrame:
+    """``decision_log_frame(decisions, completions_frame(tasks))``, the same frame, built
+    without concatenating and reordering the two record frames: the shared columns by one
+    numpy gather each, every other column by one gather with a null where the record is
+    of the other kind. ``completed`` is ``completion_order(result)``. Where a trace column
+    and a decision column share a name the two record kinds mix in one column, which the
+    reference builds (its supertype)."""
+    own = {"task_id", "tenant", "task_type", "submit_s", "duration_s", "start_s", "end_s",
+           "worker", "wait_s", "response_s", "predicted_s", "mem_mb"}
+    reserved = {*DECISION_COLUMNS, *COMPLETION_COLUMNS, "kind"}
+    shared = ["t", "worker", "task_id", "tenant"]
+    decision_only = [c for c in decisions.columns if c not in {"seq", *shared}]
+    features = {(f"trace_{c}" if c in reserved else c): c for c in tasks.columns
+                if c not in own}
+    completion_only = ["task_type", "submit_s", "start_s", "duration_s", "status",
+                       "peak_mem_mb", *features]
+    if set(decision_only) & set(completion_only):
+        return decision_log_frame(decisions, completions_frame(tasks))
+    d = result.decisions
+    nd = len(d.task)
+    d_t = decisions["t"].to_numpy()
+    c_t = tasks["end_s"].to_numpy()[completed]
+    order = merge_order(d_t, c_t)
+    is_decision = order < nd
+    row_task = np.concatenate((decisions_tasks(result), completed))[order]
+    worker = np.concatenate((decisions["worker"].to_numpy(),
+                             tasks["worker"].to_numpy()[completed]))[order]
+    first = pl.DataFrame({
+        "kind": pl.Series(["completion", "decision"]).gather(
+            pl.Series(is_decision.astype(np.uint32))),
+        "seq": np.arange(order.size, dtype=np.int64),
+        "t": np.concatenate((d_t, c_t))[order],
+        "worker": worker,
+    })
+    named = tasks.select("task_id", "tenant")[row_task]
+    as_decision = decisions.select(decision_only).select(
+        pl.all().gather(_where_index(is_decision, order)))
+    mem = (pl.col("mem_mb").cast(pl.Float64) if "mem_mb" in tasks.columns
+           else pl.lit(None, pl.Float64))
+    as_completion = tasks.select(
+        "task_type", "submit_s", "start_s", "duration_s",
+        pl.lit("ok").alias("status"), mem.alias("peak_mem_mb"),
+        *(pl.col(c).alias(name) for name, c in features.items()),
+    ).select(pl.all().gather(_where_index(~is_decision, completed[np.maximum(order - nd, 0)])))
+    return pl.concat([first, named, as_decision, as_completion], how="horizontal")
+
+
+def decisions_tasks(result: SimResult) -> npt.NDArray[np.int64]:
+    """The task position of every decision, in decision order."""
+    task = result.decisions.task
+    return np.frombuffer(task, dtype=np.int64) if len(task) else np.zeros(0, np.int64)
+
+
 def write_run(
     out_dir: str | Path,
     trace: pl.DataFrame,
@@ -184,21 +256,33 @@ def write_run(
 ) -> RunSummary:
     """Write the run folder and return its summary (also written as ``summary.json``);
     ``decision_log=False`` leaves out ``decision-log.parquet`` (a bench run that does not
-    ingest it). Every column is built from arrays (numpy, polars), none row by row."""
+    ingest it). Every column is built from arrays (numpy, polars), none row by row. The
+    Parquet files are written on a second thread (polars releases the GIL) while this one
+    builds the decision log and computes the metrics; ``summary.json`` is written last, once
+    every file is, and a failed write raises here."""
+    from concurrent.futures import ThreadPoolExecutor
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tasks = tasks_frame(trace, result)
     decisions = decisions_frame(trace, result, components)
-    tasks.write_parquet(out / "tasks.parquet", compression_level=PARQUET_ZSTD_LEVEL)
-    decisions.write_parquet(out / "decisions.parquet", compression_level=PARQUET_ZSTD_LEVEL)
     log = out / "decision-log.parquet"
-    if decision_log:
-        decision_log_frame(decisions, completions_frame(tasks)).write_parquet(
-            log, compression_level=PARQUET_ZSTD_LEVEL
-        )
-    elif log.exists():
-        log.unlink()  # a stale log of an earlier run in this folder
-    summary = summary_of(tasks, result, params=params, seed=seed, window_s=window_s)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="desched-write") as writer:
+        written = [
+            writer.submit(frame.write_parquet, out / name, compression_level=PARQUET_ZSTD_LEVEL)
+            for name, frame in (("tasks.parquet", tasks), ("decisions.parquet", decisions))
+        ]
+        completed = completion_order(result)
+        if decision_log:
+            written.append(writer.submit(
+                decision_log_from_arrays(tasks, decisions, result, completed).write_parquet,
+                log, compression_level=PARQUET_ZSTD_LEVEL))
+        elif log.exists():
+            log.unlink()  # a stale log of an earlier run in this folder
+        summary = summary_of(tasks, result, params=params, seed=seed, window_s=window_s,
+                             completed=completed)
+        for write in written:
+            write.result()
     (out / "summary.json").write_text(
         json.dumps(summary.model_dump(), indent=2, allow_nan=True) + "\n")
     return summary
@@ -216,8 +300,10 @@ def summary_of(
     params: dict[str, Any],
     seed: int,
     window_s: float | None = None,
+    completed: npt.NDArray[np.int64] | None = None,
 ) -> RunSummary:
-    """``summary.json``'s content (``RunSummary``)."""
+    """``summary.json``'s content (``RunSummary``). ``completed`` (``completion_order``, if
+    the caller has it) and the decision order spare the metrics two sorts."""
     tenant = tasks["tenant"]
     names = tenant.unique().sort()
     codes = tenant.replace_strict(  # a hash lookup per row, far cheaper than a sort
@@ -230,6 +316,8 @@ def summary_of(
         duration_s=tasks["duration_s"].to_numpy(),
         start_s=tasks["start_s"].to_numpy(),
         end_s=tasks["end_s"].to_numpy(),
+        start_order=decisions_tasks(result),
+        end_order=completion_order(result) if completed is None else completed,
     )
     metrics = summarize(run, result.workers, window_s)
     return RunSummary(

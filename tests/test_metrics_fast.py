@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -133,3 +134,33 @@ def test_decision_log_merge_order_is_the_stable_sort(
     rows += [(t, 0, len(decisions) + j) for j, t in enumerate(completions)]
     want = [row[2] for row in sorted(rows)]
     assert merge_order(d, c).tolist() == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(runs(), st.integers(0, 2**32 - 1))
+def test_order_hints_and_paths_leave_every_metric_bit_identical(
+    case: tuple[RunArrays, float | None], seed: int
+) -> None:
+    import dataclasses
+    from unittest import mock
+
+    run, window = case
+    bare = summarize(run, workers=3, window_s=window).model_dump()
+    rng = np.random.default_rng(seed)
+
+    def any_sorting(values: np.ndarray) -> np.ndarray:
+        # a sorting permutation that orders ties at random, as a run's decision order may
+        return np.lexsort((rng.permutation(values.size), values)).astype(np.int64)
+
+    hinted = dataclasses.replace(run, start_order=any_sorting(run.start_s),
+                                 end_order=any_sorting(run.end_s))
+    wrong = dataclasses.replace(run, start_order=rng.permutation(run.start_s.size),
+                                end_order=np.arange(run.end_s.size)[::-1].copy())
+    # the sort paths of the percentiles and of Jain's cells
+    with mock.patch.multiple("desched.metrics", PARTITION_GROUPS=0, DENSE_CELLS=0,
+                             DENSE_CELLS_PER_TASK=0):
+        other_paths = summarize(hinted, workers=3, window_s=window).model_dump()
+    for other in (summarize(hinted, workers=3, window_s=window).model_dump(),
+                  summarize(wrong, workers=3, window_s=window).model_dump(), other_paths):
+        assert json.dumps(other, allow_nan=True) == json.dumps(bare, allow_nan=True)
+

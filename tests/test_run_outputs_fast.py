@@ -1,0 +1,123 @@
+"""The fast paths of a simulation's outputs against their references: the decision log built
+from arrays equals the one merged from the record frames, whatever the trace's columns, ties
+and engine; the trace's id check by hashes answers as counting the ids does."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from desched.policies import make_policy
+from desched.runs import (
+    completion_order,
+    completions_frame,
+    decision_log_frame,
+    decision_log_from_arrays,
+    decisions_frame,
+    tasks_frame,
+)
+from desched.simulator import simulate
+from desched.trace import TaskTable
+
+POLICIES = ("fifo", "ifs-memoryless", "vtc", "guarded-sjf")
+
+
+@st.composite
+def traces(draw: st.DrawFn) -> pl.DataFrame:
+    """A small trace on a coarse grid (equal submits, ends and decision instants are common),
+    with optional predictions, memory, and feature columns, some named like log columns."""
+    n = draw(st.integers(1, 40))
+    tenants = draw(st.integers(1, 5))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    frame = pl.DataFrame({
+        "task_id": [f"id{i}" for i in rng.permutation(n)],
+        "tenant": [f"t{k}" for k in rng.integers(0, tenants, n)],
+        "task_type": rng.choice(["extract", "embed", "ocr_clean"], n).tolist(),
+        "submit_s": np.sort(rng.integers(0, 12, n)).astype(float) / 2,
+        "duration_s": rng.integers(1, 6, n).astype(float) / 2,
+        "predicted_s": rng.integers(1, 6, n).astype(float) / 2,
+    })
+    if not draw(st.booleans()):
+        frame = frame.sample(fraction=1.0, shuffle=True, seed=int(rng.integers(1 << 30)))
+    extra = draw(st.sets(st.sampled_from(["mem_mb", "pages", "status", "kind", "score",
+                                          "label", "doc_bytes"])))
+    for name in sorted(extra):
+        if name in ("mem_mb", "score"):
+            frame = frame.with_columns(pl.Series(name, rng.uniform(1, 9, n)))
+        elif name == "label":
+            values = [None if x < 0.3 else f"l{x:.1f}" for x in rng.uniform(0, 1, n)]
+            frame = frame.with_columns(pl.Series(name, values, dtype=pl.String))
+        else:
+            frame = frame.with_columns(pl.Series(name, rng.integers(0, 9, n)))
+    return frame
+
+
+@settings(max_examples=150, deadline=None)
+@given(traces(), st.sampled_from(POLICIES), st.integers(1, 4),
+       st.sampled_from(["auto", "python"]))
+def test_the_decision_log_from_arrays_equals_the_merged_record_frames(
+    trace: pl.DataFrame, name: str, workers: int, engine: str
+) -> None:
+    tasks = TaskTable.from_frame(trace)
+    policy = make_policy(name, tasks)
+    result = simulate(tasks, policy, workers, engine=engine)  # type: ignore[arg-type]
+    run_tasks = tasks_frame(trace, result)
+    decisions = decisions_frame(trace, result, policy.components)
+    want = decision_log_frame(decisions, completions_frame(run_tasks))
+    got = decision_log_from_arrays(run_tasks, decisions, result, completion_order(result))
+    assert got.schema == want.schema
+    assert got.equals(want, null_equal=True)
+
+
+def test_a_trace_column_named_like_a_component_mixes_both_kinds_as_the_reference_does() -> None:
+    trace = pl.DataFrame({
+        "task_id": ["a", "b", "c"], "tenant": ["x", "y", "x"], "task_type": ["e", "e", "e"],
+        "submit_s": [0.0, 0.0, 1.0], "duration_s": [1.0, 2.0, 1.0],
+        "norm_wait": [7, 8, 9],
+    })
+    tasks = TaskTable.from_frame(trace)
+    policy = make_policy("ifs-memoryless", tasks)
+    result = simulate(tasks, policy, 2)
+    run_tasks = tasks_frame(trace, result)
+    decisions = decisions_frame(trace, result, policy.components)
+    got = decision_log_from_arrays(run_tasks, decisions, result, completion_order(result))
+    assert got.equals(decision_log_frame(decisions, completions_frame(run_tasks)))
+    assert got["norm_wait"].dtype == pl.Float64
+
+
+def test_completions_are_listed_by_end_time_then_worker() -> None:
+    # two workers end at 2.0 together; worker 0's task is later in the trace
+    trace = pl.DataFrame({
+        "task_id": ["a", "b", "c"], "tenant": ["x", "y", "x"], "task_type": ["e", "e", "e"],
+        "submit_s": [0.0, 0.0, 0.0], "duration_s": [2.0, 2.0, 1.0],
+    })
+    tasks = TaskTable.from_frame(trace)
+    result = simulate(tasks, make_policy("sjf-oracle", tasks), 2)
+    order = completion_order(result)
+    end = np.frombuffer(result.end_s, dtype=np.float64)[order]
+    worker = np.frombuffer(result.worker, dtype=np.int32)[order]
+    assert list(zip(end.tolist(), worker.tolist())) == sorted(zip(end.tolist(),
+                                                                 worker.tolist()))
+    assert not math.isnan(end.sum())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(max_size=3), max_size=30))
+def test_ids_are_distinct_by_hash_exactly_when_they_are_by_count(ids: list[str]) -> None:
+    from desched.trace import all_distinct
+
+    column = pl.Series("task_id", ids, dtype=pl.String)
+    assert all_distinct(column) == (column.n_unique() == len(ids))
+
+
+def test_a_hash_collision_does_not_refuse_distinct_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    from desched.trace import all_distinct
+
+    monkeypatch.setattr(pl.Series, "hash", lambda self, *a, **k: pl.Series([7] * self.len()))
+    assert all_distinct(pl.Series(["a", "b", "c"]))
+    assert not all_distinct(pl.Series(["a", "b", "a"]))
