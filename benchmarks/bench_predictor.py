@@ -11,7 +11,13 @@ Contenders: ``Booster.predict`` with LightGBM's default threads and with ``num_t
 ``lleaves.Model.predict`` (n_jobs=1, and n_jobs=2 for the batch); desched's
 ``CompiledForest`` (lleaves' compiled code called directly on preallocated buffers);
 end to end, ``Predictor.predict_one`` on a task mapping against the same encoding followed by
-``Booster.predict(num_threads=1)``.
+``Booster.predict(num_threads=1)``, and ``Predictor.predict_labels`` (the model and its p50
+and p90 quantile models from one encoding: what the service runs at submit).
+
+Compile options: each of the version's three model texts (the model, p50, p90) compiled
+with lleaves' defaults (trees inlined into one function) and with desched's
+``COMPILE_OPTIONS`` (not inlined), once each (``--compile-repeats``): seconds to compile,
+µs per single row, ms per batch, and whether the two give the same bits on the batch.
 
     .venv/bin/python benchmarks/bench_predictor.py
 """
@@ -63,12 +69,57 @@ def per_batch_ms(fn: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
+def compile_options(folder: Path, files: dict[str, str], x: np.ndarray, row: np.ndarray,
+                    args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Each model text compiled with lleaves' defaults and with ``COMPILE_OPTIONS``."""
+    import ctypes
+
+    import lleaves
+
+    from desched.models.duration import COMPILE_OPTIONS
+
+    doubles = ctypes.POINTER(ctypes.c_double)
+    out: dict[str, dict[str, Any]] = {}
+    for key in ("model", "p50", "p90"):
+        if key not in files:
+            continue
+        compile_s, row_us, batch_ms, outputs = [], [], [], []
+        trees = 0
+        for options in ({}, COMPILE_OPTIONS):
+            times = []
+            for _ in range(args.compile_repeats):
+                model = lleaves.Model(model_file=str(folder / files[key]))
+                t0 = time.perf_counter()
+                model.compile(**options)
+                times.append(time.perf_counter() - t0)
+            trees = model.num_trees()
+            entry = model._c_entry_func
+            one = np.ascontiguousarray(row[0])
+            cell = np.zeros(1)
+            one_p, cell_p = one.ctypes.data_as(doubles), cell.ctypes.data_as(doubles)
+            xs = np.ascontiguousarray(x)
+            res = np.zeros(xs.shape[0])
+            xs_p, res_p = xs.ctypes.data_as(doubles), res.ctypes.data_as(doubles)
+            compile_s.append(statistics.median(times))
+            row_us.append(per_call_us(lambda e=entry, a=one_p, b=cell_p: e(a, b, 0, 1),
+                                      args.repeats, args.block_s))
+            batch_ms.append(per_batch_ms(
+                lambda e=entry, a=xs_p, b=res_p, n=xs.shape[0]: e(a, b, 0, n), args.repeats))
+            outputs.append(res.copy())
+        out[key] = {"trees": trees, "compile_s": compile_s, "row_us": row_us,
+                    "batch_ms": batch_ms,
+                    "same_bits": bool(np.array_equal(outputs[0], outputs[1]))}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=20_000)
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--block-s", type=float, default=0.2)
+    parser.add_argument("--compile-repeats", type=int, default=1,
+                        help="compilations per model text and option (median)")
     args = parser.parse_args()
 
     import lleaves
@@ -82,7 +133,7 @@ def main() -> None:
     result = train(frame)
     registry = Path(tempfile.mkdtemp(prefix="bench-predictor-")) / "duration"
     card = register(registry, result, commit="bench")
-    predictor = Predictor.load(registry)
+    predictor = Predictor.load(registry, quantiles=True)
     booster = predictor.booster()
     forest = predictor._forest
     ll = lleaves.Model(model_file=str(predictor.model_path))
@@ -132,7 +183,11 @@ def main() -> None:
         "Predictor.predict_one": per_call_us(
             lambda: predictor.predict_one(task), args.repeats, args.block_s
         ),
+        "Predictor.predict_labels (model, p50, p90)": per_call_us(
+            lambda: predictor.predict_labels(task), args.repeats, args.block_s
+        ),
     }
+    compiled = compile_options(registry / card.version, card.files, x, row, args)
     batch = {
         "Booster.predict (default threads)": per_batch_ms(lambda: booster.predict(x), args.repeats),
         "Booster.predict (num_threads=1)": per_batch_ms(
@@ -164,6 +219,7 @@ def main() -> None:
         "end_to_end_us": end_to_end,
         "batch_ms": batch,
         "batch_rows": args.batch,
+        "compile_options": compiled,
     }
     path = write_json("predictor.json", payload)
     print(
@@ -199,6 +255,17 @@ def main() -> None:
         markdown_table(
             [f"batch of {args.batch:,} rows", "ms per call", "vs Booster (default)"],
             [[k, f"{v:.2f}", f"{anchor_batch / v:.1f}×"] for k, v in batch.items()],
+        )
+    )
+    print()
+    print(
+        markdown_table(
+            ["model text", "trees", "compile s (inlined / not)", "µs per row (inlined / not)",
+             f"ms per {args.batch:,} rows (inlined / not)", "same bits"],
+            [[k, str(v["trees"]), f"{v['compile_s'][0]:.2f} / {v['compile_s'][1]:.2f}",
+              f"{v['row_us'][0]:.2f} / {v['row_us'][1]:.2f}",
+              f"{v['batch_ms'][0]:.2f} / {v['batch_ms'][1]:.2f}", str(v["same_bits"])]
+             for k, v in compiled.items()],
         )
     )
     print(f"\nwritten: {path.relative_to(ROOT)}; machine load average {info['load_avg_1m']:.2f}")
