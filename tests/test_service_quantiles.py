@@ -119,6 +119,8 @@ def test_quantiles_are_predicted_at_submit_stored_and_rebuilt_after_a_restart(
         positions = [sched.position[i] for i in ids]
         assert [(table.predicted_s[i], table.predicted_p50_s[i], table.predicted_p90_s[i])
                 for i in positions] == [(6.0, 3.0, 18.0), (2.0, 1.0, 6.0)]
+        view = sched.task_view("a", ids[0])  # what GET /v1/tasks/{id} answers
+        assert (view.predicted_s, view.predicted_p50_s, view.predicted_p90_s) == (6.0, 3.0, 18.0)
     finally:
         sched.stop()
     assert _stored(db) == [(6.0, 3.0, 18.0), (2.0, 1.0, 6.0)]

@@ -82,6 +82,12 @@ class TaskView(Body):
     start_s: float | None = Field(None, description="start of the latest attempt")
     end_s: float | None
     predicted_s: float | None
+    predicted_p50_s: float | None = Field(
+        None, description="median of the task's duration by the quantile model (Boost's label)"
+    )
+    predicted_p90_s: float | None = Field(
+        None, description="90th percentile of the task's duration by the quantile model"
+    )
     predicted_mem_mb: float | None = Field(
         None, description="memory the task is predicted to need (mem_mb hint or model)"
     )

@@ -95,6 +95,8 @@ VIEW_COLUMNS = (
     "start_s",
     "end_s",
     "predicted_s",
+    "predicted_p50_s",
+    "predicted_p90_s",
     "predicted_mem_mb",
     "priority",
     "duration_s",
