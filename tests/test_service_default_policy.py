@@ -38,6 +38,7 @@ def test_without_a_duration_model_the_service_falls_back_to_a_policy_that_needs_
         expected, _ = default_policy(False)
         assert health.policy == expected == health.default_policy
         assert "predicted_s" not in get_policy(health.policy).reads
+        assert health.predicted_labels == []
         if "predicted_s" in get_policy(RECOMMENDED).reads:
             assert health.policy == WITHOUT_PREDICTION
             assert "no duration model is loaded" in health.default_policy_reason

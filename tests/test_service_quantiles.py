@@ -47,8 +47,9 @@ def test_the_service_loader_loads_the_quantile_models_the_card_lists(registry: P
     loaded, reason = load_duration_predictor(registry)
     assert reason is None and isinstance(loaded, Predictor)
     assert sorted(loaded.quantiles) == sorted(QUANTILE_KEYS)
+    assert loaded.labels == ("predicted_s", "predicted_p50_s", "predicted_p90_s")
     bare = Predictor.load(registry)  # the batch paths that do not need them compile none
-    assert bare.quantiles == {}
+    assert bare.quantiles == {} and bare.labels == ("predicted_s",)
     labels = bare.predict_labels({"tenant": "t0", "task_type": "extract", "submit_s": 1.0})
     assert math.isfinite(labels[0]) and math.isnan(labels[1]) and math.isnan(labels[2])
 
@@ -92,6 +93,7 @@ def test_a_corrupt_quantile_model_leaves_it_out_with_a_warning_not_the_predictor
     with caplog.at_level(logging.WARNING, logger="desched.models"):
         loaded = Predictor.load(copy, quantiles=True)
     assert sorted(loaded.quantiles) == ["p50"]
+    assert loaded.labels == ("predicted_s", "predicted_p50_s")
     assert "p90.txt: quantile model p90 not loaded: checksum differs" in caplog.text
     _, p50, p90_s = loaded.predict_labels({"tenant": "t0", "task_type": "extract"})
     assert math.isfinite(p50) and math.isnan(p90_s)
@@ -119,6 +121,8 @@ def test_quantiles_are_predicted_at_submit_stored_and_rebuilt_after_a_restart(
         positions = [sched.position[i] for i in ids]
         assert [(table.predicted_s[i], table.predicted_p50_s[i], table.predicted_p90_s[i])
                 for i in positions] == [(6.0, 3.0, 18.0), (2.0, 1.0, 6.0)]
+        assert sched.health().predicted_labels == [
+            "predicted_s", "predicted_p50_s", "predicted_p90_s"]  # /healthz
         view = sched.task_view("a", ids[0])  # what GET /v1/tasks/{id} answers
         assert (view.predicted_s, view.predicted_p50_s, view.predicted_p90_s) == (6.0, 3.0, 18.0)
     finally:

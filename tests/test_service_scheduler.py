@@ -37,6 +37,8 @@ class FixedPredictor:
     def predict_one(self, task: dict[str, Any]) -> float:
         return 2.0 * float(task.get("pages") or 1)
 
+    labels = ("predicted_s", "predicted_p50_s", "predicted_p90_s")
+
     def predict_labels(self, task: dict[str, Any]) -> tuple[float, float, float]:
         mean = self.predict_one(task)
         return mean, 0.5 * mean, 3.0 * mean

@@ -335,6 +335,11 @@ class Predictor:
             raw = self._forest.predict_row()
         return self._seconds(raw)
 
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """``predicted_s`` and the quantile columns this predictor fills (loaded models)."""
+        return ("predicted_s", *(f"predicted_{k}_s" for k in QUANTILE_KEYS if k in self.quantiles))
+
     def predict_labels(self, task: Mapping[str, Any]) -> tuple[float, float, float]:
         """``(predicted_s, p50_s, p90_s)`` of one task, from one encoding of its features (as
         ``predict_one``); a quantile this predictor has not loaded is NaN."""

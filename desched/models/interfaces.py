@@ -17,6 +17,11 @@ class DurationPredictor(Protocol):
 
     def predict_one(self, task: Mapping[str, Any]) -> float: ...
 
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The columns ``predict_labels`` fills: ``predicted_s`` and the loaded quantiles."""
+        ...
+
     def predict_labels(self, task: Mapping[str, Any]) -> tuple[float, float, float]:
         """``(predicted_s, p50_s, p90_s)``; a quantile the predictor lacks is NaN."""
         ...

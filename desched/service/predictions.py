@@ -46,6 +46,10 @@ class Predictions:
             )
         )
 
+    def labels(self) -> list[str]:
+        """The task columns the duration predictor fills (none without one)."""
+        return [] if self.duration is None else list(self.duration.labels)
+
     def memory_mb(self, tenant: str, items: Sequence[NewTask]) -> list[float | None]:
         """``predicted_mem_mb`` of each item: one batched call of the memory model."""
         model: list[float | None] = [None] * len(items)

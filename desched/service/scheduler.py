@@ -774,6 +774,7 @@ class Scheduler:
                 queued=len(self.queued),
                 leased=len(self.leases),
                 predictor=self.predictions.duration is not None,
+                predicted_labels=self.predictions.labels(),
                 policy_error=self.host.error,
                 default_policy=self.host.default.name,
                 default_policy_reason=self.host.default_reason,

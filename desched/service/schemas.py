@@ -181,6 +181,11 @@ class Health(Body):
     queued: int
     leased: int
     predictor: bool
+    predicted_labels: list[str] = Field(
+        default_factory=list,
+        description="what the duration model predicts at submit: predicted_s and the "
+        "quantile labels it has (predicted_p50_s, predicted_p90_s); empty without a model",
+    )
     policy_error: str | None = Field(
         None, description="why the last recorded policy switch was refused, if it was"
     )
