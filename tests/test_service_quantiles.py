@@ -186,3 +186,29 @@ def test_an_old_database_gains_the_quantile_columns_and_its_tasks_have_none(
         assert poll(sched).task.task_id == "t-old"  # the policy ranks it on predicted_s alone
     finally:
         sched.stop()
+
+
+def test_a_quantile_model_of_other_features_is_left_out_not_misread(
+    registry: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import json
+
+    import lightgbm as lgb
+
+    from desched.models.registry import CARD, file_sha256
+
+    copy = tmp_path / "duration"
+    shutil.copytree(registry, copy)
+    folder = copy / Registry(copy).champion_or_error()
+    rng = np.random.default_rng(0)
+    x = rng.random((200, 3))
+    other = lgb.train({"objective": "quantile", "alpha": 0.9, "verbose": -1},
+                      lgb.Dataset(x, x.sum(axis=1)), num_boost_round=5)
+    other.save_model(str(folder / "p90.txt"))
+    card = json.loads((folder / CARD).read_text())
+    card["sha256"]["p90"] = file_sha256(folder / "p90.txt")  # a consistent card, other trees
+    (folder / CARD).write_text(json.dumps(card))
+    with caplog.at_level(logging.WARNING, logger="desched.models"):
+        loaded = Predictor.load(copy, quantiles=True)
+    assert sorted(loaded.quantiles) == ["p50"]
+    assert "quantile model p90 not loaded: 3 features" in caplog.text

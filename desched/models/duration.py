@@ -63,8 +63,8 @@ _DOUBLE_P = ctypes.POINTER(ctypes.c_double)
 COMPILE_OPTIONS: dict[str, Any] = {"finline": False}
 """How lleaves compiles a forest: each tree its own function, not inlined into the root.
 LLVM then optimises small functions instead of one huge one: a 400-tree quantile model
-compiles in about 3 s instead of 20 (BENCHMARKS.md), with the same bits out and about the same
-time per row."""
+compiles in about 4 s instead of 22 (BENCHMARKS.md), with the same bits out, for 6-45 % more
+time per row (a few microseconds on the submit path)."""
 
 QUANTILE_KEYS: tuple[str, ...] = ("p50", "p90")
 """The quantile models a card may list in ``files`` (``desched.models.training``), each fitted
@@ -287,7 +287,7 @@ class Predictor:
             forest=forest,
             model_path=model_path,
             card=card,
-            quantiles=load_quantiles(folder, card) if quantiles else None,
+            quantiles=load_quantiles(folder, card, forest.n_features) if quantiles else None,
         )
 
     def _seconds(self, raw: float) -> float:
@@ -385,12 +385,15 @@ class Predictor:
         return np.exp(raw) if self.log_target else raw
 
 
-def load_quantiles(folder: Path, card: DurationCard) -> dict[str, CompiledForest]:
+def load_quantiles(
+    folder: Path, card: DurationCard, n_features: int
+) -> dict[str, CompiledForest]:
     """The quantile models of the version in ``folder`` that its card lists, compiled.
 
-    One that is missing, differs from the card's checksum or does not compile is left out
-    with a warning on the ``desched.models`` logger: the duration model still serves, and a
-    policy that wants the quantiles falls back to ``predicted_s`` alone. Their object code
+    One that is missing, differs from the card's checksum, does not compile or reads other
+    than the model's ``n_features`` is left out with a warning on the ``desched.models``
+    logger: the duration model still serves, and a policy that wants the quantiles falls back
+    to ``predicted_s`` alone. Their object code
     lives only in the machine's cache (``shared_forest``; compiled there once, seconds each)
     and in memory, so a read-only registry serves them too and nothing stale can be loaded
     from the version folder; with the machine's cache off they compile on every load."""
@@ -405,7 +408,10 @@ def load_quantiles(folder: Path, card: DurationCard) -> dict[str, CompiledForest
             if expected is not None and file_sha256(path) != expected:
                 raise ModelUnavailable(f"checksum differs from the card's ({CARD})")
             with tempfile.TemporaryDirectory(prefix="desched-quantile-") as tmp:
-                out[key] = compile_model(path, Path(tmp) / f"{key}.so")
+                forest = compile_model(path, Path(tmp) / f"{key}.so")
+            if forest.n_features != n_features:
+                raise ModelUnavailable(f"{forest.n_features} features, the model {n_features}")
+            out[key] = forest
         except Exception as exc:  # noqa: BLE001 (lleaves and llvmlite raise many types)
             detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             logger.warning("%s: quantile model %s not loaded: %s", path, key, detail)
