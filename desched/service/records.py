@@ -188,7 +188,7 @@ class LiveTask:
             pages=row["pages"],
             mem_mb=row["mem_mb"],
             submit_s=row["submit_s"],
-            predicted_s=row["predicted_s"] if row["predicted_s"] is not None else math.nan,
+            predicted_s=_nan_if_none(row["predicted_s"]),
             predicted_mem_mb=row.get("predicted_mem_mb"),
             priority=row.get("priority") or 0,
             predicted_p50_s=_nan_if_none(row.get("predicted_p50_s")),
@@ -198,7 +198,7 @@ class LiveTask:
         if row["state"] == TaskState.LEASED.value:
             task.worker, task.worker_id = row["worker"], row["worker_id"]
             task.lease_id, task.lease_expires_at = row["lease_id"], row["lease_expires_at"]
-            task.start_s = row["start_s"] if row["start_s"] is not None else math.nan
+            task.start_s = _nan_if_none(row["start_s"])
         return task
 
 
