@@ -31,6 +31,7 @@ Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
 E2E_MODULES = {
     "test_deploy.py",
     "test_live_demo.py",
+    "test_local_api.py",
     "test_operator_page.py",
     "test_replay.py",
     "test_service.py",
@@ -43,6 +44,11 @@ E2E_MODULES = {
 # Tests of those modules that start no server: the CLI in this process, a fake transport,
 # the admin CLI refusing bad arguments.
 NOT_E2E: dict[str, tuple[str, ...]] = {
+    "test_local_api.py": (
+        "test_no_server_is_started_where_an_api_is_configured_or_the_ephemeral_one_is_off",
+        "test_a_server_that_exits_or_stays_silent_is_an_error_naming_it",
+        "test_the_server_stops_when_the_flow_cannot_be_imported",
+    ),
     "test_replay.py": (
         "test_a_log_case_is_keyed_on_the_file_content_not_its_path",
         "test_an_evaluation_cell_is_keyed_on_its_trace_content_and_its_other_inputs",

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from desched.tasks.demo import DemoRun
 
 
 @click.command()
@@ -37,10 +42,16 @@ def demo(quick: bool, out: Path, run_name: str | None, force: bool, jobs: int | 
     if run_name is not None:
         fresh_folder(out / run_name, force, "--run")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from desched.flows.demo import demo as run_demo
+    from desched.cli.local_api import early_api
 
-    result = run_demo(quick=quick, out=str(out), run=run_name, jobs=jobs,
-                      dask_address=dask_address)
+    def load() -> Callable[..., DemoRun]:
+        from desched.flows.demo import demo as run_demo
+
+        return run_demo
+
+    with early_api(load) as run_demo:  # Prefect's server starts while the flow is imported
+        result = run_demo(quick=quick, out=str(out), run=run_name, jobs=jobs,
+                          dask_address=dask_address)
     folder = Path(result.report_dir)
     click.echo(f"{folder / 'report.md'} ({result.total_s:.0f} s); also report.html, "
                f"report.json and {len(list(folder.glob('*.png')))} plots")

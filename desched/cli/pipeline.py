@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from desched.errors import DeschedError
 from desched.warehouse.rules import KNOWN_TASK_TYPES, TASK_TYPE_PATTERNS
 from desched.warehouse.schema import DEFAULT_DB
+
+if TYPE_CHECKING:
+    from desched.warehouse.report import IngestSummary
 
 
 def _check_before_the_flow(db_path: Path, task_types: str | None) -> None:
@@ -62,9 +67,15 @@ def ingest(logs_dir: Path, db_path: Path, task_types: str | None, gx_every_row: 
     if db_path.is_dir():
         raise DeschedError(f"--warehouse {db_path} is a folder; give the warehouse file's path")
     _check_before_the_flow(db_path, task_types)
-    from desched.flows.ingest import ingest_logs
+    from desched.cli.local_api import early_api
 
-    summary = ingest_logs(str(logs_dir), str(db_path), task_types, gx_every_row)
+    def load() -> Callable[..., IngestSummary]:
+        from desched.flows.ingest import ingest_logs
+
+        return ingest_logs
+
+    with early_api(load) as ingest_logs:
+        summary = ingest_logs(str(logs_dir), str(db_path), task_types, gx_every_row)
     if summary.files_seen == 0:
         click.echo(f"{logs_dir}: no files, nothing to load")
         return
