@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from desched.errors import DeschedError
 from desched.policies.base import Policy, PolicyParams
+from desched.policies.boost_lanes import BoostLanes
 from desched.policies.boost_predicted import BoostPredicted
 from desched.policies.fair_boost import FairBoost
 from desched.policies.fair_sjf import FairSjf
@@ -53,6 +54,7 @@ REGISTRY: dict[str, type[Policy]] = {
         GuardedSjf,
         BoostPredicted,
         FairBoost,
+        BoostLanes,
     )
 }
 
