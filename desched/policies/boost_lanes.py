@@ -92,13 +92,18 @@ class BoostLanes(BoostPredicted):
         heapq.heappush(self.by_arrival, (self.tasks.submit_s[i], i))
 
     def pop(self, now: float) -> int:
-        i = self.oldest() if self.lane_open() else self._winner(now)
-        self.take(i, now)
+        first = self.oldest()
+        i = first if self.lane_open() else self._winner(now)
+        self._dispatch(i, first, now)
         return i
 
     def take(self, i: int, now: float) -> None:
-        first = self.oldest()
-        super().take(i, now)
+        self._dispatch(i, self.oldest(), now)
+
+    def _dispatch(self, i: int, first: int, now: float) -> None:
+        """``boost-predicted``'s ``take`` of ``i``; an overtaker where ``first`` (the oldest
+        queued task) is another."""
+        BoostPredicted.take(self, i, now)
         if i != first:
             self.overtakers.add(i)
 
