@@ -37,8 +37,9 @@ State (not per tenant: ``clock``): ``boost-predicted``'s (the estimator, each qu
 keys) plus the running out-of-order tasks by id, kept across a restart by ``state()``.
 Cost: ``boost-predicted``'s plus O(log n) amortised per push and dispatch (a heap of the
 queued tasks by ``(submit_s, position)``, lazy deletion) and O(1) per completion;
-``pop_sequence`` and ``pop_fitting`` walk the two orders lazily with the lane's counters
-copied, O(k log n) for k candidates.
+``pop_sequence`` and ``pop_fitting`` walk the three heaps (due time, boosted arrival,
+arrival) lazily with the lane's count and the worker estimate carried along, O(k log n) for
+k candidates.
 """
 
 from __future__ import annotations
