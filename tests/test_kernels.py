@@ -87,7 +87,7 @@ def test_every_kernel_decides_bit_identically_to_the_python_loop(
     assert_identical(kernel, python)
 
 
-BOOST_KERNELS = ("boost-predicted", "fair-boost")
+BOOST_KERNELS = ("boost-predicted", "fair-boost", "boost-lanes")
 _p50 = st.one_of(st.just(math.nan), st.just(0.0), st.just(math.inf), _sizes)
 _p90 = st.one_of(st.just(math.nan), st.just(math.inf),
                  st.tuples(_sizes, st.sampled_from([0.5, 1.0, 2.0, 4.0, 8.0])).map(

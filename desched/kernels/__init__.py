@@ -19,7 +19,8 @@ scan of the K backlogged tenants, as the policy objects do; vtc and fair-sjf als
 backlogged tenants (the policy objects keep a heap, O(log K)), cheap for the thousand
 tenants of the scenarios; hrrn-predicted the kinetic tournament's amortised O(log^2 n);
 boost-predicted O(log n) amortised (two heaps, entries of started tasks dropped at the
-tops) and fair-boost vtc's scan plus O(log m) in the tenant, both plus the γ estimate's
+tops), boost-lanes the same plus O(1) amortised for the oldest queued task (a pointer over
+the arrival order, ``desched.kernels.source_lanes``) and fair-boost vtc's scan plus O(log m) in the tenant, both plus the γ estimate's
 O(window x 40) every ``window`` dispatches (and at the 2nd, 4th, 8th, ...), which calls
 numpy's own float64 ``exp`` loop (``f64_loop``) and sums exactly as ``math.fsum`` does
 (``desched.kernels.source_boost``), so that γ has the policy object's bits.
@@ -45,8 +46,8 @@ import numpy.typing as npt
 from desched.policies.base import Policy
 
 SOURCE = Path(__file__).with_name("source.py")
-SOURCES = (SOURCE, Path(__file__).with_name("source_predicted.py"),
-           Path(__file__).with_name("source_boost.py"))
+SOURCES = (SOURCE, *(Path(__file__).with_name(f"source_{part}.py")
+                     for part in ("predicted", "boost", "lanes")))
 """The kernel source files, compiled as one module (their imports are left out)."""
 STATE_ARRAYS = ("ia", "ib", "ic", "id_", "ie", "if_", "fa", "fb", "fc", "fd", "fe", "ff")
 ENGINE_PYTHON = "python"
@@ -115,6 +116,10 @@ def _boost_sizes(n: int, nt: int, p: Any) -> dict[str, int]:
     return {"ia": 2 * n, "ic": n, "fa": 2 * n, "fb": 2 * n, "fc": n, **_estimator_sizes(n, p)}
 
 
+def _lanes_sizes(n: int, nt: int, p: Any) -> dict[str, int]:
+    return {**_boost_sizes(n, nt, p), "ib": n}
+
+
 def _fboost_sizes(n: int, nt: int, p: Any) -> dict[str, int]:
     return {**_vtc_sizes(n, nt), **_estimator_sizes(n, p)}
 
@@ -138,6 +143,7 @@ KERNELS: dict[str, KernelSpec] = {
     "hrrn-predicted": KernelSpec("hrrn", lambda p: [], _hrrn_sizes),
     "boost-predicted": KernelSpec("boost", _boost_prm, _boost_sizes, loop="exp"),
     "fair-boost": KernelSpec("fboost", _boost_prm, _fboost_sizes, loop="exp"),
+    "boost-lanes": KernelSpec("lanes", _boost_prm, _lanes_sizes, loop="exp"),
 }
 """Policy name -> its kernel. Only the registered fast class of that name runs here."""
 

@@ -48,7 +48,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -356,7 +356,7 @@ class BoostPredicted(Policy):
         tenant = self.tasks.tenant
         keys = self.keys
         gone: set[int] = set()
-        walks = [_LazyWalk(self.by_due, keys), _LazyWalk(self.by_key, keys)]
+        walks = [LazyWalk(self.by_due, keys), LazyWalk(self.by_key, keys)]
         while len(gone) < len(keys):
             due = walks[0].peek(gone)
             if due is not None and due[0] <= now:
@@ -387,21 +387,20 @@ class BoostPredicted(Policy):
         self.dead = 0
 
 
-class _LazyWalk:
-    """The live entries of a ``heapq`` list in heap order, without touching it: O(log k)
-    per entry for the first k."""
+class LazyWalk:
+    """The live entries of a ``heapq`` list of tuples ending in a task position, in heap
+    order, without touching it: O(log k) per entry for the first k."""
 
-    def __init__(self, heap: list[tuple[float, float, int]], live: Collection[int]) -> None:
+    def __init__(self, heap: Sequence[tuple[Any, ...]], live: Collection[int]) -> None:
         self.heap = heap
         self.live = live
-        self.frontier: list[tuple[tuple[float, float, int], int]] = (
-            [(heap[0], 0)] if heap else [])
+        self.frontier: list[tuple[tuple[Any, ...], int]] = [(heap[0], 0)] if heap else []
 
-    def peek(self, gone: set[int]) -> tuple[float, float, int] | None:
+    def peek(self, gone: set[int]) -> tuple[Any, ...] | None:
         heap, frontier = self.heap, self.frontier
         while frontier:
             entry, j = frontier[0]
-            if entry[2] in self.live and entry[2] not in gone:
+            if entry[-1] in self.live and entry[-1] not in gone:
                 return entry
             heapq.heappop(frontier)
             for c in (2 * j + 1, 2 * j + 2):

@@ -1,17 +1,26 @@
-"""The candidate of scripts/boost_lanes.py keeps the registry's contract though it is not
-registered: its fast class and naive twin decide alike and save the same state; and with the
-true worker count, its running out-of-order tasks never hold more than half the workers."""
+"""``boost-lanes`` beyond the registry's contract suite: its fast class and naive twin decide
+alike with the worker count told or estimated and save the same state; with the true worker
+count its running out-of-order tasks never hold more than half the workers; the lane opens
+on a hand-worked case; the lazy pop sequence is the pops of a copy; the live service keeps
+its state across a restart."""
 
 from __future__ import annotations
+
+import copy
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from desched.policies.base import Policy
+from desched.policies.boost_lanes import BoostLanes, BoostLanesNaive
 from desched.policies.boost_predicted import BoostParams
+from desched.service.records import NewTask
+from desched.service.writer import wait
 from desched.simulator import simulate
 from desched.trace import TaskTable
-from scripts.boost_lanes import BoostLanes, BoostLanesNaive
 from tests.builders import T, examples, make_tasks, workloads
+from tests.test_service_scheduler import FakeTime, FixedPredictor, make_scheduler, poll
 
 
 def _decisions(tasks: TaskTable, naive: bool, workers: int,
@@ -88,3 +97,49 @@ def test_a_task_taken_past_an_older_one_is_an_overtaker_and_opens_the_lane_until
     assert lanes.overtakers == {2}
     lanes.complete(2, 4.0, 1.0)
     assert lanes.overtakers == set() and not lanes.lane_open()
+
+
+def test_the_lazy_pop_sequence_is_the_sequence_of_pops_of_a_copy() -> None:
+    tasks = make_tasks(*(T("ab"[k % 2], float(k // 3), 1.0, predicted_s=1.0 + (7 * k) % 5)
+                         for k in range(24)))
+    lanes = BoostLanes(tasks, BoostParams(window=2))
+    for i in range(12):
+        lanes.push(i, 3.0)
+    for _ in range(4):
+        lanes.pop(3.0)
+    for i in range(12, 24):
+        lanes.push(i, 7.0)
+    walked = list(lanes.pop_sequence(7.0))
+    copied = list(Policy.pop_sequence(lanes, 7.0))
+    assert walked == copied and len(walked) == 20 and len(lanes) == 20
+
+
+def test_the_service_keeps_the_running_overtakers_across_a_restart(tmp_path: Path) -> None:
+    """A restart takes back the running out-of-order tasks with the estimator, and the next
+    poll is the one the uninterrupted policy would make."""
+    now = FakeTime()
+    db = tmp_path / "state.db"
+    first = make_scheduler(db, now, predictor=FixedPredictor(), policy="boost-lanes")
+    for phase, done in ((4, True), (12, False)):  # γ is estimated in the first phase
+        for k in range(phase):
+            now.t += 1.0
+            _, _, pending = first.submit("ab"[k % 2],
+                                         [NewTask("extract", pages=1 + (5 * k) % 7)])
+            wait(pending)
+        for _ in range(3):
+            grant = poll(first, "w")
+            if done:
+                wait(first.complete("w", grant.task.task_id, grant.lease_id, 1.0))
+    policy = first.policy
+    assert isinstance(policy, BoostLanes) and policy.overtakers
+    saved = policy.state()
+    uninterrupted = copy.deepcopy(policy, {id(policy.tasks): policy.tasks})
+    expected = first.tasks.task_id[uninterrupted.pop(now.t)]
+    first.stop()
+    second = make_scheduler(db, now, predictor=FixedPredictor(), policy="boost-lanes")
+    try:
+        assert second.counters.policy_state_restores == 1
+        assert second.policy.state() == saved
+        assert poll(second, "w").task.task_id == expected
+    finally:
+        second.stop()
