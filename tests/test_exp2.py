@@ -1,0 +1,64 @@
+"""``desched.structures.exp2``: ``2**x`` from IEEE operations alone, the same bits everywhere."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from desched.structures import exp2
+from desched.structures.exp2 import MIN_EXPONENT, exp2d, exp2d_array
+
+# Bits written down once (float.hex): IEEE-754 addition and multiplication are the same on
+# every machine, so these hold on any CPU; numpy's exp2 would not (AVX-512 or not).
+PINNED = {
+    -0.3: "0x1.9fdf8bcce533ep-1",
+    -1.0 / 3: "0x1.965fea53d6e3dp-1",
+    -7.25: "0x1.ae89f995ad3aep-8",
+    -123.456: "0x1.75401a474749bp-124",
+    -999.5: "0x1.6a09e667f3bccp-1000",
+    -0.5: "0x1.6a09e667f3bccp-1",
+    -1e-09: "0x1.fffffffa0bc0dp-1",
+}
+
+exponents = st.one_of(
+    st.floats(-1100.0, 8.0, allow_nan=False),
+    st.floats(-2.0, 0.0),
+    st.integers(-1100, 8).map(float),
+    st.integers(-2200, 16).map(lambda k: k / 2.0),  # halves: round() ties to even
+)
+
+
+def test_the_coefficients_are_the_taylor_series_of_e_to_the_y() -> None:
+    assert exp2.LN2 == math.log(2.0)
+    for k, c in zip(range(13, 1, -1), exp2.COEFFICIENTS, strict=True):
+        assert c == 1.0 / math.factorial(k)
+
+
+def test_known_values_have_their_pinned_bits() -> None:
+    for x, bits in PINNED.items():
+        assert exp2d(x).hex() == bits, x
+        assert float(exp2d_array(np.array([x]))[0]).hex() == bits, x
+    assert exp2d(0.0) == exp2d(-0.0) == 1.0
+    assert exp2d(-1.0) == 0.5 and exp2d(-10.0) == 2.0**-10 and exp2d(3.0) == 8.0
+
+
+@settings(max_examples=400, deadline=None)
+@given(xs=st.lists(exponents, min_size=1, max_size=40))
+def test_the_array_form_gives_the_scalars_bits(xs: list[float]) -> None:
+    got = exp2d_array(np.array(xs))
+    want = np.array([exp2d(x) for x in xs])
+    assert got.view(np.int64).tolist() == want.view(np.int64).tolist()
+
+
+@settings(max_examples=400, deadline=None)
+@given(x=exponents)
+def test_it_is_within_one_unit_in_the_last_place_and_zero_below_the_floor(x: float) -> None:
+    got = exp2d(x)
+    if x < MIN_EXPONENT:
+        assert got == 0.0
+        return
+    want = math.pow(2.0, x)
+    assert abs(got - want) <= math.ulp(want)
