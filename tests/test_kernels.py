@@ -9,6 +9,7 @@ import functools
 import json
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -386,3 +387,24 @@ def test_every_kernel_agrees_with_the_python_loop_on_a_large_scenario(
     table = TaskTable.from_frame(frame)
     kernel, python = both_engines(table, name, 8)
     assert_identical(kernel, python)
+
+
+def test_a_kernel_loaded_from_its_cached_object_computes_what_the_compiled_one_did(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second build of a module finds its object code in the cache folder and loads it
+    without compiling (nor parsing the IR): the same function."""
+    import ast
+
+    from desched.structures import kernelc
+
+    source = "def half_sum(n: int, x: F64) -> float:\n    s = 0.0\n    for i in range(n):\n" \
+             "        s += x[i] / 2.0\n    return s\n"
+    monkeypatch.setenv("DESCHED_KERNEL_CACHE", str(tmp_path))
+    x = np.array([1.0, 2.5, -7.0, 1e300])
+    got = []
+    for _ in range(2):
+        fn = kernelc.compile_functions(ast.parse(source), "half_sum.py", ["half_sum"])["half_sum"]
+        got.append(fn(x.size, x.ctypes.data))
+    assert len(list(tmp_path.glob("kernel-*.o"))) == 1
+    assert got[0] == got[1] == sum(v / 2.0 for v in x.tolist())

@@ -11,7 +11,7 @@ weights, rate limits (shaped submit times) and quantile predictions (``predicted
 ``predicted_p90_s``, for the Boost policies) are supported; caps and priorities are not.
 
 Cost: the first use in a process loads the compiled code, from the cache under
-``desched/kernels/__pycache__`` (about 0.05 s of CPU), or compiles it there (about 0.6 s,
+``desched/kernels/__pycache__`` (about 0.01 s of CPU), or compiles it there (about 0.6 s,
 once per machine and source version; ``DESCHED_KERNEL_CACHE`` moves the folder); a run is
 O(n log n) for the events plus the policy's cost per decision, with no Python per task. Per
 decision: fifo O(1); sjf-*, guarded-sjf O(log n); round-robin O(log m); the IFS family a
