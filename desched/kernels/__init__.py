@@ -51,7 +51,8 @@ SOURCE = Path(__file__).with_name("source.py")
 SOURCES = (SOURCE, Path(__file__).with_name("source_predicted.py"),
            Path(__file__).with_name("source_boost.py"))
 """The kernel source files, compiled as one module (their imports are left out)."""
-STATE_ARRAYS = ("ia", "ib", "ic", "id_", "ie", "if_", "ig", "fa", "fb", "fc", "fd", "fe", "ff")
+STATE_ARRAYS = ("ia", "ib", "ic", "id_", "ie", "if_", "ig", "ih", "fa", "fb", "fc", "fd", "fe",
+                "ff", "fg")
 ENGINE_PYTHON = "python"
 
 
@@ -99,7 +100,7 @@ def _gsjf_sizes(n: int, nt: int, p: Any = None) -> dict[str, int]:
 
 def _ifsp_sizes(n: int, nt: int, p: Any = None) -> dict[str, int]:
     return {"ia": n, "ib": nt, "ic": nt, "id_": nt, "ie": n, "if_": 2 * n + 1, "ig": n + 1,
-            "fa": n, "fb": n, "fc": n, "fd": n, "fe": nt}
+            "ih": nt, "fa": n, "fb": n, "fc": n, "fd": n, "fe": nt, "fg": nt}
 
 
 def _hrrn_sizes(n: int, nt: int, p: Any = None) -> dict[str, int]:

@@ -6,7 +6,7 @@ event loop ``sim_template`` follows DESIGN.md's semantics exactly as ``desched.s
 does; it calls ``policy_init``, ``policy_push``, ``policy_pop`` and ``policy_complete``,
 which ``desched.kernels`` binds to one policy's functions (``<prefix>_init``, ...), passing
 the loop's arrays of the same names. Each policy keeps its state in the generic arrays
-``ia .. if_`` (int64) and ``fa .. ff`` (float64), sized by its ``desched.kernels.KernelSpec``,
+``ia .. ih`` (int64) and ``fa .. fg`` (float64), sized by its ``desched.kernels.KernelSpec``,
 and the scalars ``sc`` (int64; ``sc[14]`` an error the policy object would raise, ``sc[15]``
 a numpy loop's address) and ``sg`` (float64); ``out`` receives the winner's score and
 parts. Every float expression is the one the policy object (``desched.policies``) evaluates,
@@ -240,7 +240,8 @@ def sim_template(n: int, workers: int, nt: int, arrival: I64, arrival_t: F64, su
                  d_score: F64, d_parts: F64, d_qlen: I64, d_backlog: I64, tq: I64, nparts: int,
                  rend: F64, rw: I64, ri: I64, idle: I64, out: F64, sc: I64,
                  sg: F64, ia: I64, ib: I64, ic: I64, id_: I64, ie: I64, if_: I64, ig: I64,
-                 fa: F64, fb: F64, fc: F64, fd: F64, fe: F64, ff: F64) -> int:
+                 ih: I64, fa: F64, fb: F64, fc: F64, fd: F64, fe: F64, ff: F64,
+                 fg: F64) -> int:
     """Run the ``n`` tasks on ``workers`` workers; returns the number of decisions (``n``
     unless the policy lost a task). At each instant: completions at ``t`` (in (end,
     worker) order) free their workers and reach the policy, arrivals at ``t`` join in

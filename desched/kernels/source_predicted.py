@@ -66,8 +66,9 @@ def task_delete(k1: F64, k2: F64, ids: I64, base: int, size: int, x: int) -> int
 # (ic, id_, ig; ``by_backlog_*``) with fe[pos] the smallest prediction of the tenant at pos
 # (its heap's top); the largest queued prediction from a heap of (-predicted, submit,
 # position) (fc, fd, ie; sc[1] its size) whose entries of tasks that left (if_[i] == 0) are
-# dropped at its top; if_[n:] the stack of a tie search; sc[3] 1 where every prediction is
-# finite and not negative; prm = w_backlog, w_short ----------------------------------------
+# dropped at its top; if_[n:] the stack of a tie search; ih, fg the groups the first pass
+# visited and their scores; sc[3] 1 where every prediction is finite and not negative;
+# prm = w_backlog, w_short -----------------------------------------------------------------
 
 
 def ifsp_init(n: int, nt: int, pred: F64, sc: I64, ib: I64, ic: I64, id_: I64, if_: I64,
@@ -103,8 +104,8 @@ def shortness(p: float, p_max: float) -> float:
 
 
 def ifsp_pop(t: float, n: int, submit: F64, pred: F64, tstart: I64, prm: F64, sc: I64,
-             ia: I64, ib: I64, ic: I64, id_: I64, ie: I64, if_: I64, ig: I64, fa: F64,
-             fb: F64, fc: F64, fd: F64, fe: F64, out: F64) -> int:
+             ia: I64, ib: I64, ic: I64, id_: I64, ie: I64, if_: I64, ig: I64, ih: I64,
+             fa: F64, fb: F64, fc: F64, fd: F64, fe: F64, fg: F64, out: F64) -> int:
     """The best score over every backlogged tenant's head, then, among the queued tasks
     with that score (a tenant's others only where rounding ties them with its head: a
     search of its heap pruned where the score drops), the earliest ``(submit, position)``.
@@ -114,8 +115,9 @@ def ifsp_pop(t: float, n: int, submit: F64, pred: F64, tstart: I64, prm: F64, sc
     is below the best score (so far, then final): with non-negative weights and
     predictions, ``shortness <= 1`` and every rounded step is monotone, so no task of that
     group or a later one reaches the best. Within a group the head score does not increase
-    with the head's prediction, so both passes score the group's smallest first: the second
-    searches only a group whose smallest scores the best."""
+    with the head's prediction, so the first pass scores only the group's smallest (and
+    keeps each visited group's score, ``ih``, ``fg``) and the second searches only a group
+    whose smallest scored the best."""
     while if_[ie[0]] == 0:
         sc[1] = task_pop(fc, fd, ie, 0, sc[1])
     p_max = -fc[0]
@@ -125,7 +127,7 @@ def ifsp_pop(t: float, n: int, submit: F64, pred: F64, tstart: I64, prm: F64, sc
     maxb = float(ib[ic[0]])
     prune = sc[3] == 1 and w1 >= 0.0 and w2 >= 0.0
     best = -math.inf
-    cut = ns
+    groups = 0
     g = 0
     while g < ns:
         b = ib[ic[g]]
@@ -133,13 +135,15 @@ def ifsp_pop(t: float, n: int, submit: F64, pred: F64, tstart: I64, prm: F64, sc
         nb = float(b) / maxb
         if prune:
             if w1 * nb + w2 < best:
-                cut = g
                 break
             low = fe[g]
             for j in range(g + 1, end):
                 low = min(low, fe[j])
             score = w1 * nb + w2 * shortness(low, p_max)
             best = max(best, score)
+            ih[groups] = g
+            fg[groups] = score
+            groups += 1
         else:
             for j in range(g, end):
                 score = w1 * nb + w2 * shortness(fe[j], p_max)
@@ -151,19 +155,16 @@ def ifsp_pop(t: float, n: int, submit: F64, pred: F64, tstart: I64, prm: F64, sc
     win_k = 0
     win_x = 0
     g = 0
-    while g < cut:
+    c = 0
+    while (c < groups) if prune else (g < ns):
+        if prune:
+            g = ih[c]
+            c += 1
+            if fg[c - 1] != best:
+                continue
         b = ib[ic[g]]
         end = ig[b - 1]
         nb = float(b) / maxb
-        if prune:
-            if w1 * nb + w2 < best:
-                break
-            low = fe[g]
-            for j in range(g + 1, end):
-                low = min(low, fe[j])
-            if w1 * nb + w2 * shortness(low, p_max) != best:
-                g = end
-                continue
         for j in range(g, end):
             if w1 * nb + w2 * shortness(fe[j], p_max) != best:
                 continue
@@ -184,9 +185,9 @@ def ifsp_pop(t: float, n: int, submit: F64, pred: F64, tstart: I64, prm: F64, sc
                     win_nb = nb
                     win_k = k
                     win_x = x
-                for c in range(2 * x + 1, 2 * x + 3):
-                    if c < b:
-                        if_[n + top] = c
+                for child in range(2 * x + 1, 2 * x + 3):
+                    if child < b:
+                        if_[n + top] = child
                         top += 1
         g = end
     k = win_k
