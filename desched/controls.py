@@ -41,12 +41,9 @@ what a control costs on exactly the rules the service applies.
 
 from __future__ import annotations
 
-import csv
 import heapq
-import io
 import json
 import math
-import tomllib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -153,6 +150,10 @@ class Controls:
         """A tenants file: TOML (``[tenants.NAME]`` tables, or ``[[tenant]]`` rows with a
         ``tenant`` key), JSON (a list of rows or ``{NAME: {weight, ...}}``) or CSV (header
         ``tenant,weight,cap,rate,burst``, any subset after ``tenant``)."""
+        import csv  # here: a simulation without a tenants file needs neither parser
+        import io
+        import tomllib
+
         path = Path(path)
         if not path.exists():
             raise DeschedError(f"{path}: no such tenants file")

@@ -14,6 +14,7 @@ import numpy.typing as npt
 
 from desched.errors import DeschedError
 from desched.records import Record
+from desched.structures import lags_kernel
 
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
@@ -267,7 +268,7 @@ def _busy_runs(
 
 
 def _window_lags(
-    codes: Ints, n_tenants: int, run: RunArrays, edges: Floats
+    codes: Ints, n_tenants: int, run: RunArrays, edges: Floats, native: bool = True
 ) -> tuple[Floats, Ints]:
     """Per window ``[lo, hi)``: the service lag (largest minus smallest service received in it)
     among the tenants backlogged throughout it, and how many those were.
@@ -278,7 +279,9 @@ def _window_lags(
     end)`` over the tenant's tasks, from per-tenant prefix sums (extended precision) found by
     one binary search over (tenant, time rank) keys. Cost O((n + P) log n) where P is the
     number of (tenant, window) pairs that qualify, at most tenants x windows; the pairs are
-    handled in chunks so memory stays O(n + chunk).
+    handled in chunks so memory stays O(n + chunk). Where numpy's ``longdouble`` is x87's,
+    ``desched.structures.lags_kernel`` walks the points once in native code with the same
+    extended-precision operations (``native=False``: this numpy loop, its reference).
     """
     lo, hi = edges[:-1], edges[1:]
     n_windows = lo.size
@@ -312,16 +315,30 @@ def _window_lags(
 
     start_key, start_sum = side(run.start_s, start_order)
     end_key, end_sum = side(run.end_s, end_order)
+    compiled = lags_kernel.window_lags() if native else None
+    if compiled is not None:
+        lags_kernel.accumulate(compiled, run_code, first, stop, seg0, counts, start_key,
+                               start_sum, end_key, end_sum, edges, edge_rank, ranks, most,
+                               least, backlogged)
+        lag = np.where(backlogged >= 2, most - least, 0.0)
+        return np.asarray(lag, dtype=np.float64), backlogged
+    edges_ld = edges.astype(np.longdouble)
 
     def service_at(k: Ints, e: Ints) -> npt.NDArray[np.longdouble]:
-        x = edges[e].astype(np.longdouble)
+        # started minus ended, each ``below * x - (prefix[at] - prefix[first])``; the same
+        # extended-precision operations as a running total from 0 would do (neither term is
+        # -0), in place
+        x = edges_ld[e]
         qkey = k * ranks + edge_rank[e]
-        total = np.zeros(k.size, dtype=np.longdouble)
-        for key, prefix, sign in ((start_key, start_sum, 1), (end_key, end_sum, -1)):
+        s0 = seg0[k]
+        terms = []
+        for key, prefix in ((start_key, start_sum), (end_key, end_sum)):
             at = np.searchsorted(key, qkey, side="right")
-            below = at - seg0[k]
-            total += sign * (below * x - (prefix[at] - prefix[seg0[k]]))
-        return total
+            term = (at - s0).astype(np.longdouble)
+            term *= x
+            term -= np.subtract(prefix[at], prefix[s0])
+            terms.append(term)
+        return np.subtract(terms[0], terms[1], out=terms[0])
 
     points = stop - first + 1  # edges first..stop of each run
     ends = np.cumsum(points)

@@ -9,6 +9,7 @@ import functools
 import json
 import math
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -84,6 +85,45 @@ def test_every_kernel_decides_bit_identically_to_the_python_loop(
             table.tenant_weight[k] = weights[k]
     kernel, python = both_engines(table, name, workers)
     assert kernel.engine == f"kernel:{name}" and python.engine == "python"
+    assert_identical(kernel, python)
+
+
+IFS_KERNELS = ("ifs-memoryless", "ifs-counter", "ifs-predicted")
+_ifs_weight = st.sampled_from(["0", "0", "0.1", "0.5", "0.9", "1", "3", "1e-12", "1e12"])
+
+
+@st.composite
+def crowded_traces(draw: st.DrawFn) -> TaskTable:
+    """Up to 40 tenants and 160 tasks at a few instants with a few prediction values: many
+    tenants share a backlog and a head submit, so the IFS kernels' groups of equal backlog
+    hold several tenants whose scores tie, and the bound stops the visit early or late."""
+    n = draw(st.integers(1, 160))
+    k = draw(st.integers(1, 40))
+    instants = draw(st.lists(_grid, min_size=1, max_size=4))
+    tasks = [
+        T(tenant=f"t{draw(st.integers(0, k - 1)):02d}",
+          submit_s=draw(st.sampled_from(instants)),
+          duration_s=draw(_sizes),
+          predicted_s=draw(st.sampled_from([0.5, 1.0, 1.5, 4.0])))
+        for _ in range(n)
+    ]
+    return make_tasks(*tasks)
+
+
+@settings(max_examples=150, deadline=None)
+@given(table=crowded_traces(), workers=st.integers(1, 3), name=st.sampled_from(IFS_KERNELS),
+       w_backlog=_ifs_weight, w_other=_ifs_weight)
+def test_the_ifs_kernels_visit_by_backlog_group_decides_as_the_python_loop(
+    table: TaskTable, workers: int, name: str, w_backlog: str, w_other: str
+) -> None:
+    """The IFS kernels visit tenants by group of equal backlog, score one head per group
+    and stop at a group whose bound is below the best: the Python loop's decisions, bit
+    for bit, under weights that make the bound stop at once, never, or on a tie."""
+    other = "w_short" if name == "ifs-predicted" else "w_wait"
+    params = {"w_backlog": w_backlog, other: w_other}
+    kernel = simulate(table, make_policy(name, table, params), workers, engine="kernel")
+    python = simulate(table, make_policy(name, table, params), workers, engine="python")
+    assert kernel.engine == f"kernel:{name}"
     assert_identical(kernel, python)
 
 
@@ -347,3 +387,24 @@ def test_every_kernel_agrees_with_the_python_loop_on_a_large_scenario(
     table = TaskTable.from_frame(frame)
     kernel, python = both_engines(table, name, 8)
     assert_identical(kernel, python)
+
+
+def test_a_kernel_loaded_from_its_cached_object_computes_what_the_compiled_one_did(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second build of a module finds its object code in the cache folder and loads it
+    without compiling (nor parsing the IR): the same function."""
+    import ast
+
+    from desched.structures import kernelc
+
+    source = "def half_sum(n: int, x: F64) -> float:\n    s = 0.0\n    for i in range(n):\n" \
+             "        s += x[i] / 2.0\n    return s\n"
+    monkeypatch.setenv("DESCHED_KERNEL_CACHE", str(tmp_path))
+    x = np.array([1.0, 2.5, -7.0, 1e300])
+    got = []
+    for _ in range(2):
+        fn = kernelc.compile_functions(ast.parse(source), "half_sum.py", ["half_sum"])["half_sum"]
+        got.append(fn(x.size, x.ctypes.data))
+    assert len(list(tmp_path.glob("kernel-*.o"))) == 1
+    assert got[0] == got[1] == sum(v / 2.0 for v in x.tolist())

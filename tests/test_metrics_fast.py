@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from desched import metrics_naive
 from desched.errors import DeschedError
-from desched.metrics import MAX_WINDOWS, RunArrays, summarize, window_edges
+from desched.metrics import MAX_WINDOWS, RunArrays, _window_lags, summarize, window_edges
 
 
 @st.composite
@@ -110,12 +110,62 @@ def test_service_lags_do_not_depend_on_the_chunking(monkeypatch: pytest.MonkeyPa
     duration = rng.integers(1, 4, n).astype(float)
     run = RunArrays(np.array([f"t{k}" for k in rng.integers(0, 5, n)]), submit, duration,
                     start, start + duration)
-    whole = summarize(run, workers=4, window_s=1.0)
+    names, codes = np.unique(run.tenant, return_inverse=True)
+    edges = window_edges(run.submit_s, run.end_s, 1.0)
+    whole = _window_lags(codes, names.size, run, edges, native=False)
     monkeypatch.setattr("desched.metrics.PAIR_CHUNK", 3)
-    chunked = summarize(run, workers=4, window_s=1.0)
-    assert sum(w.backlogged_tenants for w in whole.windows) > 100
-    for a, b in zip(chunked.windows, whole.windows, strict=True):
-        assert (a.service_lag_s, a.backlogged_tenants) == (b.service_lag_s, b.backlogged_tenants)
+    chunked = _window_lags(codes, names.size, run, edges, native=False)
+    assert whole[1].sum() > 100
+    assert [a.tobytes() for a in chunked] == [b.tobytes() for b in whole]
+
+
+@st.composite
+def crowded_runs(draw: st.DrawFn) -> tuple[RunArrays, float | None]:
+    """Up to 3,000 tasks of up to 40 tenants served by a few workers long after they arrive
+    (most tenants backlogged through most windows, as in a burst), at times up to 1e6 s, on
+    a grid or continuous: prefix sums large enough that the extended precision rounds."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    n = draw(st.integers(2, 3000))
+    tenants = draw(st.integers(1, 40))
+    scale = draw(st.sampled_from([1.0, 1e3, 1e5]))
+    offset = draw(st.sampled_from([0.0, 12345.678, 1e6]))
+    if draw(st.booleans()):
+        submit = np.sort(rng.integers(0, 20, n).astype(float)) * scale / 20 + offset
+        duration = rng.integers(1, 5, n).astype(float) * scale / 100
+    else:
+        submit = np.sort(rng.uniform(0.0, scale, n)) + offset
+        duration = rng.exponential(scale / 100, n) + 1e-3
+    workers = draw(st.integers(1, 4))
+    start = np.empty(n)
+    free = np.full(workers, submit[0])
+    for i in rng.permutation(n) if draw(st.booleans()) else range(n):
+        w = int(np.argmin(free))
+        start[i] = max(free[w], submit[i])
+        free[w] = start[i] + duration[i]
+    codes = rng.integers(0, tenants, n)
+    names = np.array([f"t{k:02d}" for k in range(int(codes.max()) + 1)])
+    window = draw(st.one_of(st.none(), st.sampled_from([scale / 50, scale / 7])))
+    return RunArrays(codes, submit, duration, start, start + duration, names), window
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(runs(), crowded_runs()))
+def test_the_compiled_service_lags_are_the_numpy_loops_bit_for_bit(
+    case: tuple[RunArrays, float | None],
+) -> None:
+    """``lags_kernel`` (x87 extended precision, one pass with pointers that go on from a
+    tenant's previous busy run) against ``_window_lags``' numpy loop, its reference: every
+    lag and count identical."""
+    from desched.structures import lags_kernel
+
+    if lags_kernel.window_lags() is None:
+        pytest.skip("numpy's longdouble is not x87's here, or llvmlite is missing")
+    run, window = case
+    names, codes = run.tenant_codes()
+    edges = window_edges(run.submit_s, run.end_s, window)
+    compiled = _window_lags(codes, names.size, run, edges)
+    reference = _window_lags(codes, names.size, run, edges, native=False)
+    assert [a.tobytes() for a in compiled] == [b.tobytes() for b in reference]
 
 
 @settings(max_examples=200, deadline=None)

@@ -6,7 +6,7 @@ event loop ``sim_template`` follows DESIGN.md's semantics exactly as ``desched.s
 does; it calls ``policy_init``, ``policy_push``, ``policy_pop`` and ``policy_complete``,
 which ``desched.kernels`` binds to one policy's functions (``<prefix>_init``, ...), passing
 the loop's arrays of the same names. Each policy keeps its state in the generic arrays
-``ia .. if_`` (int64) and ``fa .. ff`` (float64), sized by its ``desched.kernels.KernelSpec``,
+``ia .. ih`` (int64) and ``fa .. fg`` (float64), sized by its ``desched.kernels.KernelSpec``,
 and the scalars ``sc`` (int64; ``sc[14]`` an error the policy object would raise, ``sc[15]``
 a numpy loop's address) and ``sg`` (float64); ``out`` receives the winner's score and
 parts. Every float expression is the one the policy object (``desched.policies``) evaluates,
@@ -239,8 +239,9 @@ def sim_template(n: int, workers: int, nt: int, arrival: I64, arrival_t: F64, su
                  ttask: I64, tstart: I64, prm: F64, start: F64, worker: I64, d_task: I64,
                  d_score: F64, d_parts: F64, d_qlen: I64, d_backlog: I64, tq: I64, nparts: int,
                  rend: F64, rw: I64, ri: I64, idle: I64, out: F64, sc: I64,
-                 sg: F64, ia: I64, ib: I64, ic: I64, id_: I64, ie: I64, if_: I64, fa: F64,
-                 fb: F64, fc: F64, fd: F64, fe: F64, ff: F64) -> int:
+                 sg: F64, ia: I64, ib: I64, ic: I64, id_: I64, ie: I64, if_: I64, ig: I64,
+                 ih: I64, fa: F64, fb: F64, fc: F64, fd: F64, fe: F64, ff: F64,
+                 fg: F64) -> int:
     """Run the ``n`` tasks on ``workers`` workers; returns the number of decisions (``n``
     unless the policy lost a task). At each instant: completions at ``t`` (in (end,
     worker) order) free their workers and reach the policy, arrivals at ``t`` join in
@@ -345,60 +346,116 @@ def sjf_complete(i: int, t: float) -> None:
 
 
 # ifs-memoryless / ifs-counter: per tenant ia[k] tasks arrived, ib[k] served (its queue is
-# ttask[tstart[k] + ib[k] : tstart[k] + ia[k]]); slots ic/id_/sc[0]; prm = w_backlog,
-# w_wait, w_service, half_life_s, counter (0/1); ifs-counter keeps per tenant fa = S_k,
-# fb = t_k and per slot fc, fd for the decayed service; sc[15] numpy's exp2 loop ----------
+# ttask[tstart[k] + ib[k] : tstart[k] + ia[k]], backlog ia[k] - ib[k]); the tenants by
+# backlog, largest first (``by_backlog_*``: ic[pos] -> tenant, id_[tenant] -> pos, ig[b] the
+# tenants whose backlog exceeds b, so ic[:ig[0]] are the backlogged ones), fe[pos] the head
+# submit of the tenant at pos; if_[i] 1 once task i left the queue and sc[2] the first task in
+# arrival order that has not (the oldest queued); prm = w_backlog, w_wait, w_service,
+# half_life_s, counter (0/1); ifs-counter keeps per tenant fa = S_k, fb = t_k and per
+# position fc, fd for the decayed service; sc[15] numpy's exp2 loop ---------------------------
 
 
-def ifs_init(n: int, nt: int, sc: I64, ia: I64, ib: I64, id_: I64, fa: F64, fb: F64) -> None:
-    sc[0] = 0
+def by_backlog_swap(ic: I64, id_: I64, fe: F64, p: int, q: int) -> None:
+    """Swap the tenants at positions ``p`` and ``q`` with their head submits."""
+    a = ic[p]
+    b = ic[q]
+    ic[p] = b
+    ic[q] = a
+    id_[b] = p
+    id_[a] = q
+    h = fe[p]
+    fe[p] = fe[q]
+    fe[q] = h
+
+
+def by_backlog_up(ic: I64, id_: I64, ig: I64, fe: F64, k: int, b: int) -> int:
+    """Tenant ``k``'s backlog goes from ``b`` to ``b + 1``: it moves to the front of its
+    group (the last position of group ``b + 1``); returns its position."""
+    q = ig[b]
+    by_backlog_swap(ic, id_, fe, id_[k], q)
+    ig[b] = q + 1
+    return int(q)
+
+
+def by_backlog_down(ic: I64, id_: I64, ig: I64, fe: F64, k: int, b: int) -> None:
+    """Tenant ``k``'s backlog goes from ``b`` to ``b - 1``: it moves to the back of its group
+    (the first position of group ``b - 1``)."""
+    q = ig[b - 1] - 1
+    by_backlog_swap(ic, id_, fe, id_[k], q)
+    ig[b - 1] = q
+
+
+def ifs_init(n: int, nt: int, sc: I64, ia: I64, ib: I64, ic: I64, id_: I64, if_: I64, ig: I64,
+             fa: F64, fb: F64) -> None:
+    sc[2] = 0
     for k in range(nt):
         ia[k] = 0
         ib[k] = 0
-        id_[k] = -1
+        ic[k] = k
+        id_[k] = k
         fa[k] = 0.0
         fb[k] = 0.0
+    for i in range(n):
+        if_[i] = 0
+    for b in range(n + 1):
+        ig[b] = 0
 
 
-def ifs_push(i: int, t: float, tenant: I64, sc: I64, ia: I64, ib: I64, ic: I64,
-             id_: I64) -> None:
+def ifs_push(i: int, t: float, tenant: I64, submit: F64, ia: I64, ib: I64, ic: I64, id_: I64,
+             ig: I64, fe: F64) -> None:
     k = tenant[i]
-    if ia[k] == ib[k]:
-        slot_add(sc, ic, id_, k)
+    b = ia[k] - ib[k]
+    q = by_backlog_up(ic, id_, ig, fe, k, b)
+    if b == 0:
+        fe[q] = submit[i]  # i is its tenant's head: its tasks arrive in ttask's order
     ia[k] += 1
 
 
-def ifs_pop(t: float, submit: F64, ttask: I64, tstart: I64, prm: F64, sc: I64, ia: I64,
-            ib: I64, ic: I64, id_: I64, fa: F64, fb: F64, fc: F64, fd: F64, out: F64) -> int:
-    """The IFS scan of ``desched.structures.ifs_kernel``: maxima over the slots, then the
-    best ``(score, -head submit, -head position)``; the same operations in the same order."""
-    n = sc[0]
+def ifs_pop(t: float, arrival: I64, submit: F64, ttask: I64, tstart: I64, prm: F64, sc: I64,
+            ia: I64, ib: I64, ic: I64, id_: I64, if_: I64, ig: I64, fa: F64, fb: F64, fc: F64,
+            fd: F64, fe: F64, out: F64) -> int:
+    """The IFS rule of ``desched.policies.ifs_memoryless`` / ``ifs_counter``: the best
+    ``(score, -head submit, -head position)`` over the backlogged tenants' heads, with the
+    policy object's operations for every score it computes.
+
+    The maxima need no pass: the largest backlog is the first tenant's, the oldest head is
+    the oldest queued task (a tenant's queue is in arrival order), found by a pointer that
+    skips the tasks that left. The tenants are visited by group of equal backlog ``b``, the
+    largest first, and the visit stops at a group whose bound ``w_backlog * (b / max b) +
+    w_wait`` is below the best score so far. The bound is exact, not an estimate: with
+    non-negative weights every step of a score is a rounded operation monotone in its
+    operands, ``nw = (t - h) / span <= 1`` (``t - h <= span`` before rounding), ``w_wait *
+    nw <= w_wait * 1.0`` and ``- w_service * ns <= 0``, so no tenant of that group or a
+    smaller one scores even as much as the best: it could not win, nor tie. Within a
+    group (without the service term), the score does not increase with the head submit,
+    so the group's earliest ``(head submit, head position)`` beats or ties-and-loses-to
+    nobody else of it: only that head is scored. Negative weights visit every tenant."""
     w1 = prm[0]
     w2 = prm[1]
     w3 = prm[2]
     counter = prm[4] != 0.0
+    n = ig[0]
+    k = ic[0]
+    maxb = float(ia[k] - ib[k])
+    p = sc[2]
+    while if_[arrival[p]] != 0:
+        p += 1
+    sc[2] = p
+    span = t - submit[arrival[p]]
+    maxx = 0.0
     if counter:
         hl = prm[3]
         for j in range(n):
-            k = ic[j]
-            fc[j] = (fb[k] - t) / hl
+            fc[j] = (fb[ic[j]] - t) / hl
         call_f64_loop(sc[15], fc, fd, n)
         for j in range(n):
             fd[j] = fa[ic[j]] * fd[j]
-    k = ic[0]
-    maxb = float(ia[k] - ib[k])
-    minh = submit[ttask[tstart[k] + ib[k]]]
-    maxx = fd[0]
-    for j in range(1, n):
-        k = ic[j]
-        vb = float(ia[k] - ib[k])
-        maxb = max(maxb, vb)
-        vh = submit[ttask[tstart[k] + ib[k]]]
-        minh = min(minh, vh)
-        if counter:
+        maxx = fd[0]
+        for j in range(1, n):
             vx = fd[j]
             maxx = max(maxx, vx)
-    span = t - minh
+    prune = w1 >= 0.0 and w2 >= 0.0 and w3 >= 0.0
+    earliest = prune and not counter
     best = -math.inf
     best_j = 0
     best_h = 0.0
@@ -406,31 +463,59 @@ def ifs_pop(t: float, submit: F64, ttask: I64, tstart: I64, prm: F64, sc: I64, i
     best_nb = 0.0
     best_nw = 0.0
     best_ns = 0.0
-    for j in range(n):
-        k = ic[j]
-        head = ttask[tstart[k] + ib[k]]
-        vh = submit[head]
-        nb = float(ia[k] - ib[k]) / maxb
-        nw = (t - vh) / span if span > 0.0 else 0.0
-        score = w1 * nb + w2 * nw
-        ns = 0.0
-        if counter:
-            ns = fd[j] / maxx if maxx > 0.0 else 0.0
-            score = score - w3 * ns
-        if score > best or (score == best and (vh < best_h or (vh == best_h
-                                                               and head < best_p))):
-            best = score
-            best_j = j
-            best_h = vh
-            best_p = head
-            best_nb = nb
-            best_nw = nw
-            best_ns = ns
+    g = 0
+    while g < n:
+        k = ic[g]
+        b = ia[k] - ib[k]
+        end = ig[b - 1]
+        nb = float(b) / maxb
+        if prune and w1 * nb + w2 < best:
+            break
+        first = g
+        last = end
+        if earliest:
+            m = g
+            mh = fe[g]
+            mp = ttask[tstart[k] + ib[k]]
+            for j in range(g + 1, end):
+                vh = fe[j]
+                if vh <= mh:
+                    kj = ic[j]
+                    head = ttask[tstart[kj] + ib[kj]]
+                    if vh < mh or head < mp:
+                        m = j
+                        mh = vh
+                        mp = head
+            first = m
+            last = m + 1
+        for j in range(first, last):
+            vh = fe[j]
+            nw = (t - vh) / span if span > 0.0 else 0.0
+            score = w1 * nb + w2 * nw
+            ns = 0.0
+            if counter:
+                ns = fd[j] / maxx if maxx > 0.0 else 0.0
+                score = score - w3 * ns
+            if score > best or (score == best and vh <= best_h):
+                kj = ic[j]
+                head = ttask[tstart[kj] + ib[kj]]
+                if score > best or vh < best_h or head < best_p:
+                    best = score
+                    best_j = j
+                    best_h = vh
+                    best_p = head
+                    best_nb = nb
+                    best_nw = nw
+                    best_ns = ns
+        g = end
     k = ic[best_j]
+    b = ia[k] - ib[k]
     i = ttask[tstart[k] + ib[k]]
     ib[k] += 1
-    if ia[k] == ib[k]:
-        slot_remove(sc, ic, id_, k)
+    if_[i] = 1
+    if b > 1:
+        fe[best_j] = submit[ttask[tstart[k] + ib[k]]]
+    by_backlog_down(ic, id_, ig, fe, k, b)
     out[0] = best
     out[1] = best_nb
     out[2] = best_nw

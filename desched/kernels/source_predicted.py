@@ -12,10 +12,10 @@ import math
 from desched.kernels.source import (
     F64,
     I64,
+    by_backlog_down,
+    by_backlog_up,
     key_less,
     nextafter,
-    slot_add,
-    slot_remove,
     task_pop,
     task_push,
 )
@@ -62,29 +62,39 @@ def task_delete(k1: F64, k2: F64, ids: I64, base: int, size: int, x: int) -> int
 
 
 # ifs-predicted: per tenant a heap by (predicted, submit, position) in its region (fa, fb,
-# ia; ib[k] its size); slots ic/id_/sc[0]; the largest queued prediction from a heap of
-# (-predicted, submit, position) (fc, fd, ie; sc[1] its size) whose entries of tasks that
-# left (if_[i] == 0) are dropped at its top; if_[n:] the stack of a tie search; prm = w_backlog,
-# w_short --------------------------------------------------------------------------------------
+# ia; ib[k] its size, the tenant's backlog); the tenants by backlog as ifs-memoryless's
+# (ic, id_, ig; ``by_backlog_*``) with fe[pos] the smallest prediction of the tenant at pos
+# (its heap's top); the largest queued prediction from a heap of (-predicted, submit,
+# position) (fc, fd, ie; sc[1] its size) whose entries of tasks that left (if_[i] == 0) are
+# dropped at its top; if_[n:] the stack of a tie search; ih, fg the groups the first pass
+# visited and their scores; sc[3] 1 where every prediction is finite and not negative;
+# prm = w_backlog, w_short -----------------------------------------------------------------
 
 
-def ifsp_init(n: int, nt: int, sc: I64, ib: I64, id_: I64, if_: I64) -> None:
-    sc[0] = 0
+def ifsp_init(n: int, nt: int, pred: F64, sc: I64, ib: I64, ic: I64, id_: I64, if_: I64,
+              ig: I64) -> None:
     sc[1] = 0
+    sc[3] = 1
     for k in range(nt):
         ib[k] = 0
-        id_[k] = -1
+        ic[k] = k
+        id_[k] = k
     for i in range(n):
         if_[i] = 0
+        p = pred[i]
+        if not (p >= 0.0 and p < math.inf):
+            sc[3] = 0
+    for b in range(n + 1):
+        ig[b] = 0
 
 
 def ifsp_push(i: int, t: float, tenant: I64, submit: F64, pred: F64, tstart: I64, sc: I64,
-              ia: I64, ib: I64, ic: I64, id_: I64, ie: I64, if_: I64, fa: F64, fb: F64,
-              fc: F64, fd: F64) -> None:
+              ia: I64, ib: I64, ic: I64, id_: I64, ie: I64, if_: I64, ig: I64, fa: F64,
+              fb: F64, fc: F64, fd: F64, fe: F64) -> None:
     k = tenant[i]
-    if ib[k] == 0:
-        slot_add(sc, ic, id_, k)
+    q = by_backlog_up(ic, id_, ig, fe, k, ib[k])
     ib[k] = task_push(fa, fb, ia, tstart[k], ib[k], pred[i], submit[i], i)
+    fe[q] = fa[tstart[k]]
     sc[1] = task_push(fc, fd, ie, 0, sc[1], -pred[i], submit[i], i)
     if_[i] = 1
 
@@ -94,60 +104,98 @@ def shortness(p: float, p_max: float) -> float:
 
 
 def ifsp_pop(t: float, n: int, submit: F64, pred: F64, tstart: I64, prm: F64, sc: I64,
-             ia: I64, ib: I64, ic: I64, id_: I64, ie: I64, if_: I64, fa: F64, fb: F64,
-             fc: F64, fd: F64, out: F64) -> int:
+             ia: I64, ib: I64, ic: I64, id_: I64, ie: I64, if_: I64, ig: I64, ih: I64,
+             fa: F64, fb: F64, fc: F64, fd: F64, fe: F64, fg: F64, out: F64) -> int:
     """The best score over every backlogged tenant's head, then, among the queued tasks
     with that score (a tenant's others only where rounding ties them with its head: a
-    search of its heap pruned where the score drops), the earliest ``(submit, position)``."""
+    search of its heap pruned where the score drops), the earliest ``(submit, position)``.
+
+    The tenants are visited by group of equal backlog, the largest first (``ifs_pop``), and
+    both passes stop at the first group whose bound ``w_backlog * (b / max b) + w_short``
+    is below the best score (so far, then final): with non-negative weights and
+    predictions, ``shortness <= 1`` and every rounded step is monotone, so no task of that
+    group or a later one reaches the best. Within a group the head score does not increase
+    with the head's prediction, so the first pass scores only the group's smallest (and
+    keeps each visited group's score, ``ih``, ``fg``) and the second searches only a group
+    whose smallest scored the best."""
     while if_[ie[0]] == 0:
         sc[1] = task_pop(fc, fd, ie, 0, sc[1])
     p_max = -fc[0]
     w1 = prm[0]
     w2 = prm[1]
-    ns = sc[0]
+    ns = ig[0]
     maxb = float(ib[ic[0]])
-    for j in range(1, ns):
-        vb = float(ib[ic[j]])
-        maxb = max(maxb, vb)
+    prune = sc[3] == 1 and w1 >= 0.0 and w2 >= 0.0
     best = -math.inf
-    for j in range(ns):
-        k = ic[j]
-        score = w1 * (float(ib[k]) / maxb) + w2 * shortness(fa[tstart[k]], p_max)
-        best = max(best, score)
+    groups = 0
+    g = 0
+    while g < ns:
+        b = ib[ic[g]]
+        end = ig[b - 1]
+        nb = float(b) / maxb
+        if prune:
+            if w1 * nb + w2 < best:
+                break
+            low = fe[g]
+            for j in range(g + 1, end):
+                low = min(low, fe[j])
+            score = w1 * nb + w2 * shortness(low, p_max)
+            best = max(best, score)
+            ih[groups] = g
+            fg[groups] = score
+            groups += 1
+        else:
+            for j in range(g, end):
+                score = w1 * nb + w2 * shortness(fe[j], p_max)
+                best = max(best, score)
+        g = end
     win = -1
     win_s = 0.0
     win_nb = 0.0
     win_k = 0
     win_x = 0
-    for j in range(ns):
-        k = ic[j]
-        base = tstart[k]
-        nb = float(ib[k]) / maxb
-        if w1 * nb + w2 * shortness(fa[base], p_max) != best:
-            continue
-        top = 1
-        if_[n] = 0
-        while top > 0:
-            top -= 1
-            x = if_[n + top]
-            if w1 * nb + w2 * shortness(fa[base + x], p_max) != best:
+    g = 0
+    c = 0
+    while (c < groups) if prune else (g < ns):
+        if prune:
+            g = ih[c]
+            c += 1
+            if fg[c - 1] != best:
                 continue
-            i = ia[base + x]
-            s = submit[i]
-            if win < 0 or s < win_s or (s == win_s and i < win):
-                win = i
-                win_s = s
-                win_nb = nb
-                win_k = k
-                win_x = x
-            for c in range(2 * x + 1, 2 * x + 3):
-                if c < ib[k]:
-                    if_[n + top] = c
-                    top += 1
+        b = ib[ic[g]]
+        end = ig[b - 1]
+        nb = float(b) / maxb
+        for j in range(g, end):
+            if w1 * nb + w2 * shortness(fe[j], p_max) != best:
+                continue
+            k = ic[j]
+            base = tstart[k]
+            top = 1
+            if_[n] = 0
+            while top > 0:
+                top -= 1
+                x = if_[n + top]
+                if w1 * nb + w2 * shortness(fa[base + x], p_max) != best:
+                    continue
+                i = ia[base + x]
+                s = submit[i]
+                if win < 0 or s < win_s or (s == win_s and i < win):
+                    win = i
+                    win_s = s
+                    win_nb = nb
+                    win_k = k
+                    win_x = x
+                for child in range(2 * x + 1, 2 * x + 3):
+                    if child < b:
+                        if_[n + top] = child
+                        top += 1
+        g = end
     k = win_k
-    ib[k] = task_delete(fa, fb, ia, tstart[k], ib[k], win_x)
-    if ib[k] == 0:
-        slot_remove(sc, ic, id_, k)
+    b = ib[k]
+    ib[k] = task_delete(fa, fb, ia, tstart[k], b, win_x)
+    if b > 1:
+        fe[id_[k]] = fa[tstart[k]]
+    by_backlog_down(ic, id_, ig, fe, k, b)
     if_[win] = 0
     out[0] = best
     out[1] = win_nb

@@ -613,20 +613,25 @@ def native(text: str, sigs: dict[str, Signature], filename: str) -> dict[str, Ca
                                     cpu, llvm.get_host_cpu_features().flatten())).encode())
     folder = _cache_dir(filename)
     cached = folder / f"kernel-{key.hexdigest()[:24]}.o" if folder is not None else None
-    module = llvm.parse_assembly(text)
     loaded = cached.read_bytes() if cached is not None and cached.exists() else None
-    if loaded is None:
+    if loaded is not None:
+        # the cached object goes into an engine of an empty module: parsing the IR again
+        # would cost ten times the load
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)
+        engine.add_object_file(llvm.ObjectFileRef.from_data(loaded))
+    else:
+        module = llvm.parse_assembly(text)
         module.verify()
         tuning = llvm.PipelineTuningOptions(speed_level=3, size_level=0)
         builder = llvm.PassBuilder(machine, tuning)
         builder.getModulePassManager().run(module, builder)
-    engine = llvm.create_mcjit_compiler(module, machine)
+        engine = llvm.create_mcjit_compiler(module, machine)
 
-    def notify(_module: Any, buffer: bytes) -> None:
-        if cached is not None and loaded is None:
-            _write_atomic(cached, buffer)
+        def notify(_module: Any, buffer: bytes) -> None:
+            if cached is not None:
+                _write_atomic(cached, buffer)
 
-    engine.set_object_cache(notify, lambda _module: loaded)
+        engine.set_object_cache(notify, lambda _module: None)
     engine.finalize_object()
     _ENGINES.append(engine)
     out: dict[str, Callable[..., Any]] = {}
