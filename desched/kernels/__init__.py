@@ -47,11 +47,15 @@ import numpy as np
 import numpy.typing as npt
 
 from desched.policies.base import Policy
+from desched.structures import exp2
 
 SOURCE = Path(__file__).with_name("source.py")
 SOURCES = (SOURCE, *(Path(__file__).with_name(f"source_{part}.py")
                      for part in ("predicted", "boost", "lanes")))
 """The kernel source files, compiled as one module (their imports are left out)."""
+SHARED = (Path(exp2.__file__), ("exp2d",))
+"""A module whose functions named here (with its constants) are compiled with the kernels:
+the policy objects call the same source (``exp2d``: ifs-counter's decay)."""
 STATE_ARRAYS = ("ia", "ib", "ic", "id_", "ie", "if_", "ig", "ih", "fa", "fb", "fc", "fd", "fe",
                 "ff", "fg")
 ENGINE_PYTHON = "python"
@@ -139,7 +143,7 @@ KERNELS: dict[str, KernelSpec] = {
     "sjf-oracle": KernelSpec("sjf", lambda p: [0.0], _sjf_sizes),
     "sjf-predicted": KernelSpec("sjf", lambda p: [1.0], _sjf_sizes),
     "ifs-memoryless": KernelSpec("ifs", _ifs_prm(False), _ifs_sizes),
-    "ifs-counter": KernelSpec("ifs", _ifs_prm(True), _ifs_sizes, loop="exp2"),
+    "ifs-counter": KernelSpec("ifs", _ifs_prm(True), _ifs_sizes),
     "vtc": KernelSpec("vtc", lambda p: [0.0], _vtc_sizes),
     "fair-sjf": KernelSpec("vtc", lambda p: [1.0], _vtc_sizes),
     "round-robin": KernelSpec("rr", lambda p: [], lambda n, nt, p: {"ia": nt, "ib": nt, "ic": nt}),
@@ -199,6 +203,10 @@ def compiled() -> dict[str, Callable[..., int]] | None:
         tree = ast.Module(body=[], type_ignores=[])
         for path in SOURCES:
             tree.body += ast.parse(path.read_text(), str(path)).body
+        shared_path, names = SHARED
+        tree.body += [node for node in ast.parse(shared_path.read_text(), str(shared_path)).body
+                      if isinstance(node, ast.Assign)
+                      or (isinstance(node, ast.FunctionDef) and node.name in names)]
         defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
         for prefix in prefixes:
             tree.body.append(_bind(defs["sim_template"], prefix, defs))
@@ -209,7 +217,8 @@ def compiled() -> dict[str, Callable[..., int]] | None:
             import llvmlite
 
             digest = hashlib.sha256()
-            for part in (*(p.read_bytes() for p in SOURCES), Path(kernelc.__file__).read_bytes(),
+            for part in (*(p.read_bytes() for p in (*SOURCES, SHARED[0])),
+                         Path(kernelc.__file__).read_bytes(),
                          llvmlite.__version__.encode(), " ".join(prefixes).encode()):
                 digest.update(part)
             text, sigs = kernelc.cached_translation(digest.hexdigest()[:24], str(SOURCE), build)
@@ -218,7 +227,7 @@ def compiled() -> dict[str, Callable[..., int]] | None:
             return None
 
 
-LOOP_PROBES: dict[str, tuple[float, float]] = {"exp2": (-60.0, 1.0), "exp": (-50.0, 720.0)}
+LOOP_PROBES: dict[str, tuple[float, float]] = {"exp": (-50.0, 720.0)}
 """The ufuncs whose float64 loops a kernel may call, and the range of the probe that checks
 each (beside random exponentials, zeros and the special values)."""
 

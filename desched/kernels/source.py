@@ -28,6 +28,8 @@ import math
 import numpy as np
 import numpy.typing as npt
 
+from desched.structures.exp2 import exp2d
+
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 
@@ -352,7 +354,7 @@ def sjf_complete(i: int, t: float) -> None:
 # submit of the tenant at pos; if_[i] 1 once task i left the queue and sc[2] the first task in
 # arrival order that has not (the oldest queued); prm = w_backlog, w_wait, w_service,
 # half_life_s, counter (0/1); ifs-counter keeps per tenant fa = S_k, fb = t_k and per
-# position fc, fd for the decayed service; sc[15] numpy's exp2 loop ---------------------------
+# position fd for the decayed service (by exp2d, desched.structures.exp2) ---------------------
 
 
 def by_backlog_swap(ic: I64, id_: I64, fe: F64, p: int, q: int) -> None:
@@ -446,10 +448,8 @@ def ifs_pop(t: float, arrival: I64, submit: F64, ttask: I64, tstart: I64, prm: F
     if counter:
         hl = prm[3]
         for j in range(n):
-            fc[j] = (fb[ic[j]] - t) / hl
-        call_f64_loop(sc[15], fc, fd, n)
-        for j in range(n):
-            fd[j] = fa[ic[j]] * fd[j]
+            k = ic[j]
+            fd[j] = fa[k] * exp2d((fb[k] - t) / hl)
         maxx = fd[0]
         for j in range(1, n):
             vx = fd[j]
@@ -529,9 +529,7 @@ def ifs_complete(i: int, t: float, duration: F64, tenant: I64, weight: F64, prm:
     if prm[4] == 0.0:
         return
     k = tenant[i]
-    ff[0] = -(t - fb[k]) / prm[3]
-    call_f64_loop(sc[15], ff, ff, 1)
-    fa[k] = fa[k] * ff[0] + duration[i] / weight[k]
+    fa[k] = fa[k] * exp2d(-(t - fb[k]) / prm[3]) + duration[i] / weight[k]
     fb[k] = t
 
 

@@ -12,6 +12,7 @@ from pydantic import Field
 from desched.policies.base import PolicyParams
 from desched.policies.ifs_memoryless import IfsMemoryless, IfsMemorylessNaive, IfsParams
 from desched.policies.learnable import Range, SearchSpace, Simplex
+from desched.structures.exp2 import exp2d, exp2d_array
 from desched.structures.ifs_kernel import COUNTER
 from desched.trace import TaskTable
 
@@ -48,10 +49,11 @@ class IfsCounterParams(IfsParams):
 def decayed(service_s: float, at_s: float, now: float, half_life_s: float) -> float:
     """``service_s`` recorded at ``at_s``, decayed to ``now``: ``service_s * 2**(-(now-at_s)/h)``.
 
-    Uses numpy's ``exp2``, which the vectorised fast path also uses, so that both give the
-    same bits (Python's ``2.0 ** x`` does not).
+    Uses ``desched.structures.exp2``, whose array form the vectorised fast path uses and
+    whose bits are the same on every CPU (numpy's ``exp2`` differs with AVX-512, Python's
+    ``2.0 ** x`` from both).
     """
-    return float(service_s * np.exp2(np.float64(-(now - at_s) / half_life_s)))
+    return service_s * exp2d(-(now - at_s) / half_life_s)
 
 
 class IfsCounterNaive(IfsMemorylessNaive):
@@ -76,9 +78,9 @@ class IfsCounterNaive(IfsMemorylessNaive):
 
     def decayed_service_s(self, k: int, now: float) -> float:
         """Tenant ``k``'s counter decayed to ``now``: ``S_k * 2**(-(now - t_k) / h)`` by
-        numpy's ``exp2`` (its own, not ``decayed``)."""
+        ``exp2d`` (its own expression, not ``decayed``)."""
         halvings = -(now - self.service_at_s.get(k, 0.0)) / self.params.half_life_s
-        return float(self.service_s.get(k, 0.0) * np.exp2(np.float64(halvings)))
+        return self.service_s.get(k, 0.0) * exp2d(halvings)
 
     def complete(self, i: int, now: float, duration_s: float) -> None:
         k = self.tasks.tenant[i]
@@ -238,7 +240,7 @@ class IfsCounter(IfsMemoryless):
         # the decayed service of every backlogged tenant, as terms() computes it (by slot)
         np.multiply(
             extra["service_s"][:n],
-            np.exp2((extra["service_at_s"][:n] - now) / self.params.half_life_s),
+            exp2d_array((extra["service_at_s"][:n] - now) / self.params.half_life_s),
             out=buf[:n],
         )
         slot = self._pick(now, buf)
@@ -254,7 +256,7 @@ class IfsCounter(IfsMemoryless):
         tenant = q.tenant[:n]
         # (at - now) is -(now - at) bit for bit (IEEE subtraction is exactly antisymmetric):
         # one array operation fewer than the naive expression, the same exponent
-        service = self.service_s[tenant] * np.exp2(
+        service = self.service_s[tenant] * exp2d_array(
             (self.service_at_s[tenant] - now) / self.params.half_life_s
         )
         max_service = service[service.argmax()]
