@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from desched.structures import exp2
-from desched.structures.exp2 import MIN_EXPONENT, exp2d, exp2d_array
+from desched.structures.exp2 import MAX_EXP, MIN_EXPONENT, exp2d, exp2d_array, expd, expd_array
 
 # Bits written down once (float.hex): IEEE-754 addition and multiplication are the same on
 # every machine, so these hold on any CPU; numpy's exp2 would not (AVX-512 or not).
@@ -22,6 +22,17 @@ PINNED = {
     -0.5: "0x1.6a09e667f3bccp-1",
     -1e-09: "0x1.fffffffa0bc0dp-1",
 }
+
+PINNED_E = {
+    0.5: "0x1.a61298e1e069dp+0",
+    1.0: "0x1.5bf0a8b145769p+1",
+    10.25: "0x1.b9ea2aed2a0f1p+14",
+    123.456: "0x1.1428e1cbc0142p+178",
+    699.9: "0x1.ac3c2d2582f8ep+1009",
+    -3.3: "0x1.2e259bb85be85p-5",
+}
+arguments = st.one_of(st.floats(-720.0, 720.0, allow_nan=False), st.floats(-1.0, 1.0),
+                      st.integers(-720, 720).map(float))
 
 exponents = st.one_of(
     st.floats(-1100.0, 8.0, allow_nan=False),
@@ -62,3 +73,33 @@ def test_it_is_within_two_units_in_the_last_place_and_zero_below_the_floor(x: fl
         return
     want = math.pow(2.0, x)
     assert abs(got - want) <= 2 * math.ulp(want)
+
+
+def test_e_to_the_x_has_its_pinned_bits_and_special_values() -> None:
+    for x, bits in PINNED_E.items():
+        assert expd(x).hex() == bits, x
+        assert float(expd_array(np.array([x]))[0]).hex() == bits, x
+    assert expd(0.0) == 1.0 and expd(MAX_EXP + 1) == math.inf and expd(-MAX_EXP - 1) == 0.0
+    assert math.isnan(expd(math.nan)) and math.isnan(float(expd_array(np.array([math.nan]))[0]))
+    assert expd_array(np.array([math.inf, -math.inf])).tolist() == [math.inf, 0.0]
+
+
+@settings(max_examples=400, deadline=None)
+@given(xs=st.lists(arguments, min_size=1, max_size=40))
+def test_e_to_the_x_in_array_form_gives_the_scalars_bits(xs: list[float]) -> None:
+    got = expd_array(np.array(xs))
+    want = np.array([expd(x) for x in xs])
+    assert got.view(np.int64).tolist() == want.view(np.int64).tolist()
+
+
+@settings(max_examples=400, deadline=None)
+@given(x=arguments)
+def test_e_to_the_x_is_within_two_units_in_the_last_place_of_the_c_library(x: float) -> None:
+    got = expd(x)
+    if x > MAX_EXP:
+        assert got == math.inf
+    elif x < -MAX_EXP:
+        assert got == 0.0
+    else:
+        want = math.exp(x)
+        assert abs(got - want) <= 2 * math.ulp(want)

@@ -231,14 +231,13 @@ def compiled_fsum() -> Callable[..., float]:
 
 
 def test_the_boost_kernels_constants_are_the_policys() -> None:
-    from desched.kernels import f64_loop, source_boost
+    from desched.kernels import source_boost
     from desched.policies import boost_predicted as bp
 
     assert (source_boost.LN2, source_boost.LN5, source_boost.LN10) == (bp.LN2, bp.LN5, bp.LN10)
     assert source_boost.MAX_EXPONENT == bp.MAX_EXPONENT
     assert source_boost.BISECTIONS == bp.BISECTIONS
     assert source_boost.BRACKET == 2.0 ** -bp.BISECTIONS
-    assert f64_loop("exp") is not None
     # exp2d's constants join the same compiled namespace: a name both define must agree
     from desched.structures import exp2
 

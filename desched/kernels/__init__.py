@@ -24,16 +24,16 @@ tenants of the scenarios; hrrn-predicted the kinetic tournament's amortised O(lo
 boost-predicted O(log n) amortised (two heaps, entries of started tasks dropped at the
 tops), boost-lanes the same plus O(1) amortised for the oldest queued task (a pointer over
 the arrival order, ``desched.kernels.source_lanes``) and fair-boost vtc's scan plus O(log m) in the tenant, both plus the γ estimate's
-O(window x 40) every ``window`` dispatches (and at the 2nd, 4th, 8th, ...), which calls
-numpy's own float64 ``exp`` loop (``f64_loop``) and sums exactly as ``math.fsum`` does
-(``desched.kernels.source_boost``), so that γ has the policy object's bits.
+O(window x 40) every ``window`` dispatches (and at the 2nd, 4th, 8th, ...), which computes
+``desched.structures.exp2.expd`` (compiled from the policy objects' own source) and sums
+exactly as ``math.fsum`` does (``desched.kernels.source_boost``), so that γ has the policy
+object's bits.
 """
 
 from __future__ import annotations
 
 import ast
 import copy
-import ctypes
 import hashlib
 import math
 import threading
@@ -53,7 +53,7 @@ SOURCE = Path(__file__).with_name("source.py")
 SOURCES = (SOURCE, *(Path(__file__).with_name(f"source_{part}.py")
                      for part in ("predicted", "boost", "lanes")))
 """The kernel source files, compiled as one module (their imports are left out)."""
-SHARED = (Path(exp2.__file__), ("exp2d",))
+SHARED = (Path(exp2.__file__), ("series", "pow2", "exp2d", "expd"))
 """A module whose functions named here (with its constants) are compiled with the kernels:
 the policy objects call the same source (``exp2d``: ifs-counter's decay)."""
 STATE_ARRAYS = ("ia", "ib", "ic", "id_", "ie", "if_", "ig", "ih", "fa", "fb", "fc", "fd", "fe",
@@ -65,13 +65,11 @@ ENGINE_PYTHON = "python"
 class KernelSpec:
     """How one policy runs as a kernel: its functions' prefix in ``source.py``, its
     parameters as the ``prm`` array, the sizes of its state arrays (by the task count ``n``,
-    the tenant count ``nt`` and the parameters; unlisted arrays get one element) and the
-    numpy ufunc whose float64 loop it calls (``f64_loop``; its address in ``sc[15]``)."""
+    the tenant count ``nt`` and the parameters; unlisted arrays get one element)."""
 
     prefix: str
     prm: Callable[[Any], list[float]]
     sizes: Callable[[int, int, Any], dict[str, int]]
-    loop: str | None = None
 
 
 def _ifs_prm(counter: bool) -> Callable[[Any], list[float]]:
@@ -150,9 +148,9 @@ KERNELS: dict[str, KernelSpec] = {
     "guarded-sjf": KernelSpec("gsjf", lambda p: [p.beta, p.a], _gsjf_sizes),
     "ifs-predicted": KernelSpec("ifsp", lambda p: [p.w_backlog, p.w_short], _ifsp_sizes),
     "hrrn-predicted": KernelSpec("hrrn", lambda p: [], _hrrn_sizes),
-    "boost-predicted": KernelSpec("boost", _boost_prm, _boost_sizes, loop="exp"),
-    "fair-boost": KernelSpec("fboost", _boost_prm, _fboost_sizes, loop="exp"),
-    "boost-lanes": KernelSpec("lanes", _boost_prm, _lanes_sizes, loop="exp"),
+    "boost-predicted": KernelSpec("boost", _boost_prm, _boost_sizes),
+    "fair-boost": KernelSpec("fboost", _boost_prm, _fboost_sizes),
+    "boost-lanes": KernelSpec("lanes", _boost_prm, _lanes_sizes),
 }
 """Policy name -> its kernel. Only the registered fast class of that name runs here."""
 
@@ -227,61 +225,6 @@ def compiled() -> dict[str, Callable[..., int]] | None:
             return None
 
 
-LOOP_PROBES: dict[str, tuple[float, float]] = {"exp": (-50.0, 720.0)}
-"""The ufuncs whose float64 loops a kernel may call, and the range of the probe that checks
-each (beside random exponentials, zeros and the special values)."""
-
-
-@cache
-def f64_loop(name: str) -> int | None:
-    """The address of numpy's float64 inner loop of ufunc ``name`` (one of ``LOOP_PROBES``),
-    so that a kernel computes it with numpy's bits, which are not always the C library's;
-    checked on a probe against the ufunc itself; None if not found or not equal."""
-    u = getattr(np, name)
-    base = id(u)
-    nargs = ctypes.c_int.from_address(base + 24).value
-    ntypes = ctypes.c_int.from_address(base + 48).value
-    functions = ctypes.c_void_p.from_address(base + 32).value
-    types = ctypes.c_void_p.from_address(base + 64).value
-    if not functions or not types or nargs != 2 or ntypes != u.ntypes:
-        return None
-    double = np.dtype(np.float64).num
-    codes = ctypes.string_at(types, ntypes * nargs)
-    for k in range(ntypes):
-        if codes[2 * k] == double and codes[2 * k + 1] == double:
-            address = ctypes.c_void_p.from_address(functions + 8 * k).value
-            break
-    else:
-        return None
-    if not address:
-        return None
-    loop = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p),
-                            ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64),
-                            ctypes.c_void_p)(address)
-    rng = np.random.default_rng(7)
-    lo, hi = LOOP_PROBES[name]
-    probe = np.concatenate([rng.uniform(lo, hi, 4096), -rng.exponential(4.0, 1024),
-                            rng.exponential(1.0, 1024), [0.0, -0.0, math.inf, -math.inf]])
-    got = np.empty_like(probe)
-    args = (ctypes.c_void_p * 2)(probe.ctypes.data, got.ctypes.data)
-    with np.errstate(all="ignore"):
-        loop(args, (ctypes.c_int64 * 1)(probe.size), (ctypes.c_int64 * 2)(8, 8), None)
-        want = u(probe)
-    if not np.array_equal(got, want):
-        return None
-    _UFUNCS[int(address)] = u
-    return int(address)
-
-
-_UFUNCS: dict[int, Any] = {}
-
-
-def ufunc_at(address: int) -> Any:
-    """The ufunc whose float64 loop ``f64_loop`` found at ``address`` (for the kernel
-    source under CPython)."""
-    return _UFUNCS[address]
-
-
 @dataclass(slots=True)
 class KernelRun:
     """What a kernel run gives: start, worker by task; the decisions in order (task, score,
@@ -300,9 +243,7 @@ class KernelRun:
 def available(name: str) -> bool:
     """Whether policy ``name`` has a kernel that can run in this process."""
     spec = KERNELS.get(name)
-    if spec is None or compiled() is None:
-        return False
-    return spec.loop is None or f64_loop(spec.loop) is not None
+    return spec is not None and compiled() is not None
 
 
 def run(
@@ -357,10 +298,6 @@ def run(
     out = np.zeros(8, dtype=np.float64)
     sc = np.zeros(16, dtype=np.int64)
     sg = np.zeros(16, dtype=np.float64)
-    if spec.loop is not None:
-        address = f64_loop(spec.loop)
-        assert address is not None
-        sc[15] = address
     sizes = spec.sizes(n, nt, params)
     state = [np.zeros(max(1, sizes.get(a, 1)), dtype=np.int64 if a[0] == "i" else np.float64)
              for a in STATE_ARRAYS]

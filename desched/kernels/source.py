@@ -7,8 +7,8 @@ does; it calls ``policy_init``, ``policy_push``, ``policy_pop`` and ``policy_com
 which ``desched.kernels`` binds to one policy's functions (``<prefix>_init``, ...), passing
 the loop's arrays of the same names. Each policy keeps its state in the generic arrays
 ``ia .. ih`` (int64) and ``fa .. fg`` (float64), sized by its ``desched.kernels.KernelSpec``,
-and the scalars ``sc`` (int64; ``sc[14]`` an error the policy object would raise, ``sc[15]``
-a numpy loop's address) and ``sg`` (float64); ``out`` receives the winner's score and
+and the scalars ``sc`` (int64; ``sc[14]`` an error the policy object would raise) and
+``sg`` (float64); ``out`` receives the winner's score and
 parts. Every float expression is the one the policy object (``desched.policies``) evaluates,
 operand for operand, so the decisions are the same bit for bit (tests/test_kernels.py).
 
@@ -44,28 +44,12 @@ def nextafter(x: float, y: float) -> float:
     return math.nextafter(x, y)
 
 
-def exp(x: float) -> float:
-    return math.exp(x)
-
-
 def log1p(x: float) -> float:
     return math.log1p(x)
 
 
 def sqrt(x: float) -> float:
     return math.sqrt(x)
-
-
-def call_f64_loop(address: int, x: F64, out: F64, n: int) -> int:
-    """CPython stand-in of the compiled builtin: the numpy ufunc whose float64 loop is at
-    ``address`` (``desched.kernels.f64_loop``)."""
-    from desched.kernels import ufunc_at
-
-    ufunc_at(address)(x[:n], out=out[:n])
-    return 0
-
-
-# heaps -------------------------------------------------------------------------------------
 
 
 def run_push(rend: F64, rw: I64, ri: I64, size: int, end: float, w: int, i: int) -> int:

@@ -3,19 +3,20 @@
 
 Compiled together with ``source.py`` (one module, one namespace); CPython runs it with the
 helpers imported from there. The estimator is ``BoostEstimator`` operation for operation:
-each task's label ``(c, θ)`` as ``shifted_exponential`` computes it, the boost by the C
-library's ``exp`` and ``log1p`` (CPython's ``math.exp`` and ``math.log1p``), the refresh's
-``E[e^(γS)]`` by numpy's own float64 ``exp`` loop (its bits are not always the C library's)
-and ``math.fsum``'s exact summation, its special values and its final half-even correction.
+each task's label ``(c, θ)`` as ``shifted_exponential`` computes it, the boost by
+``desched.structures.exp2.expd`` (IEEE operations only: the same bits on every CPU, where
+numpy's ``exp`` differs with AVX-512) and the C library's ``log1p`` (CPython's
+``math.log1p``), the refresh's ``E[e^(γS)]`` by ``expd`` too and ``math.fsum``'s exact
+summation, its special values and its final half-even correction.
 
 Estimator state (both policies): ``fe`` holds each task's ``c`` (``[0, n)``) and ``θ``
 (``[n, 2n)``), then the window's ring of labels and submit times (``c``, ``θ``, ``submit``,
 ``W`` each, oldest at ``sc[12]``, ``sc[11]`` of them), ``fsum``'s partials (``W + 1``) and
 the window's ``c`` and ``θ`` oldest first (``W`` each, copied at each refresh); ``fd`` and
-``ff`` (``W``) the ``exp`` loop's input and output; ``sc[8]`` dispatches,
+``ff`` (``W``) the exponents and their ``expd``; ``sc[8]`` dispatches,
 ``sc[9]`` running, ``sc[10]`` the most running at once, ``sc[13]`` 1 once γ is known,
-``sc[14]`` what CPython would have raised (1: ``OverflowError``, 2: ``ValueError``),
-``sc[15]`` numpy's ``exp`` loop; ``sg[0]`` γ, ``sg[1]`` the mean size; ``prm = window,
+``sc[14]`` what CPython would have raised (1: ``OverflowError``, 2: ``ValueError``);
+``sg[0]`` γ, ``sg[1]`` the mean size; ``prm = window,
 workers, max_load, scale, sympathy``.
 """
 
@@ -26,8 +27,6 @@ import math
 from desched.kernels.source import (
     F64,
     I64,
-    call_f64_loop,
-    exp,
     isnan,
     log1p,
     sqrt,
@@ -37,6 +36,7 @@ from desched.kernels.source import (
     vtc_init,
     vtc_pop,
 )
+from desched.structures.exp2 import expd
 
 __all__ = ["F64", "I64", "math"]
 
@@ -160,7 +160,7 @@ def est_boost(i: int, n: int, prm: F64, sc: I64, sg: F64, fe: F64) -> float:
     gt = g * fe[n + i]
     if gt >= 1.0 or g * c > MAX_EXPONENT:
         return 0.0
-    m = exp(g * c) / (1.0 - gt)
+    m = expd(g * c) / (1.0 - gt)
     if m == math.inf:
         return 0.0
     if m <= 1.0:
@@ -179,7 +179,7 @@ def est_excess(g: float, lam: float, n: int, prm: F64, sc: I64, fd: F64, fe: F64
     ot = oc + w
     for j in range(cnt):
         fd[j] = fe[oc + j] * g
-    call_f64_loop(sc[15], fd, ff, cnt)
+        ff[j] = expd(fd[j])
     for j in range(cnt):
         gt = fe[ot + j] * g
         if gt >= 1.0 or fd[j] > MAX_EXPONENT:

@@ -20,8 +20,9 @@ The estimator (what a live system knows, time only from the caller):
   ``γθ < 1`` and ``γc <= 700``, infinite (boost 0) otherwise.
 - *Arrival rate and size distribution.* The last ``window`` dispatched tasks (a pop or a
   ``take``): ``λ = (n - 1) / (max submit_s - min submit_s) / workers`` over their ``n``
-  labels and ``E[e^(γS)]`` the mean of their ``M_l(γ)`` (numpy's ``exp`` per label, the
-  sum by ``math.fsum``, so that both twins get the same bits). ``workers`` is the
+  labels and ``E[e^(γS)]`` the mean of their ``M_l(γ)`` (``desched.structures.exp2.expd``
+  per label, the same bits on every CPU, the sum by ``math.fsum``, so that both twins and
+  the kernel get the same bits). ``workers`` is the
   parameter, or where it is 0 the most tasks seen dispatched and not yet completed at once.
 - *γ.* Re-solved after the 2nd, 4th, 8th, ... dispatch below ``window`` and after every
   ``window``-th one. With ``ρ = λ × mean(c + θ)``, an unstable estimate (``ρ >= max_load``,
@@ -55,6 +56,7 @@ import numpy as np
 from pydantic import Field
 
 from desched.policies.base import NaivePolicy, Policy, PolicyParams
+from desched.structures.exp2 import expd, expd_array
 from desched.trace import TaskTable
 
 LN2, LN5, LN10 = math.log(2.0), math.log(5.0), math.log(10.0)
@@ -123,7 +125,7 @@ def mgf(c: float, theta: float, g: float) -> float:
     gt = g * theta
     if gt >= 1.0 or g * c > MAX_EXPONENT:
         return math.inf
-    return math.exp(g * c) / (1.0 - gt)
+    return expd(g * c) / (1.0 - gt)
 
 
 class BoostEstimator:
@@ -192,7 +194,7 @@ class BoostEstimator:
         def excess(g: float) -> float:
             gc, gt = cs * g, thetas * g
             with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-                m = np.exp(gc) / (1.0 - gt)
+                m = expd_array(gc) / (1.0 - gt)
             m[(gt >= 1.0) | (gc > MAX_EXPONENT)] = np.inf
             return lam * (math.fsum(m.tolist()) / n - 1.0) - g
 
@@ -435,7 +437,7 @@ def naive_moment(label: tuple[float, float], g: float) -> float:
         return math.inf
     if g * c > 700.0:
         return math.inf
-    return math.exp(g * c) / (1.0 - g * theta)
+    return expd(g * c) / (1.0 - g * theta)
 
 
 def naive_gamma(history: list[tuple[float, float, float]], workers: int, max_load: float
@@ -457,7 +459,7 @@ def naive_gamma(history: list[tuple[float, float, float]], workers: int, max_loa
 
     def f(g: float) -> float:
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-            moments = np.exp(g * shift) / (1.0 - g * scale)
+            moments = expd_array(g * shift) / (1.0 - g * scale)
         moments[~(g * scale < 1.0) | (g * shift > 700.0)] = np.inf
         return rate * (math.fsum(moments.tolist()) / n - 1.0) - g
 

@@ -1,12 +1,14 @@
-"""``2**x`` for ``x <= 0`` with the same bits on every machine: ``ifs-counter``'s decay.
+"""``2**x`` and ``e**x`` with the same bits on every machine: ifs-counter's decay and the
+Boost policies' moments ``E[e^(γS)]``.
 
-numpy's ``exp2`` takes a different code path on a CPU with AVX-512 than on one without, and
-the two differ in the last bits; ``ifs-counter`` compares decayed counters across tenants, so
-those bits changed its decisions from one machine to another (its golden recordings failed
-on a CPU without AVX-512). Here ``2**x`` is built from IEEE-754 operations alone, each
+numpy's ``exp2`` and ``exp`` take a different code path on a CPU with AVX-512 than on one
+without, and the paths differ in the last bits; ``ifs-counter`` compares decayed counters
+across tenants and the Boost policies solve for γ from a mean of moments, so those bits
+changed their decisions from one machine to another (ifs-counter's golden recordings failed
+on a CPU without AVX-512). Here both are built from IEEE-754 operations alone, each
 correctly rounded and never fused, in a fixed order, so CPython, numpy's element-wise
-operations and the compiled kernels (``desched.kernels``, which compile ``exp2d`` itself)
-all get the same double:
+operations and the compiled kernels (``desched.kernels``, which compile these functions'
+own source) all get the same double. ``exp2d``:
 
 - ``x < MIN_EXPONENT`` (-1000) is 0.0: a counter decayed over 1000 half-lives is gone, and
   every product below stays a normal number;
@@ -17,16 +19,25 @@ all get the same double:
   a kernel deciding over a thousand tenants waits for; within two units in the last place;
 - ``2**n`` by squaring 1/2 (2 where ``n > 0``; exact: powers of two), times ``e**y``.
 
-``exp2d`` is also in the compiled subset of ``desched.structures.kernelc`` (a kernel calls
-it); ``exp2d_array`` is the same operations on a numpy array, element by element.
+``expd`` reduces by ``ln 2`` in two parts (Cody and Waite) and shares the series and the power
+of two. Within two units in the last place of the C library's. ``series``, ``pow2``,
+``exp2d`` and ``expd`` are in the compiled subset of ``desched.structures.kernelc``;
+``exp2d_array`` and ``expd_array`` are the same operations on a numpy array, element by
+element.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 MIN_EXPONENT = -1000.0
 LN2 = 0.6931471805599453  # math.log(2.0)
+INV_LN2 = 1.4426950408889634  # 1 / math.log(2.0)
+LN2_HI = 0.6931471803691238  # ln 2 to 32 bits (fdlibm's ln2HI): n * LN2_HI is exact
+LN2_LO = 1.9082149292705877e-10  # ln 2 - LN2_HI to double precision (fdlibm's ln2LO)
+MAX_EXP = 708.0
 C13 = 1.6059043836821613e-10  # 1 / k! for k = 13 down to 2 (a test checks each)
 C12 = 2.08767569878681e-09
 C11 = 2.505210838544172e-08
@@ -43,13 +54,8 @@ COEFFICIENTS = (C13, C12, C11, C10, C9, C8, C7, C6, C5, C4, C3, C2)
 """``1 / k!`` for ``k`` = 13 down to 2."""
 
 
-def exp2d(x: float) -> float:
-    """``2**x`` (module docstring; the decay calls it with ``x <= 0``, and it is exact in its
-    power of two up to ``x = 1023``); 0.0 below ``MIN_EXPONENT``."""
-    if x < MIN_EXPONENT:
-        return 0.0
-    n = round(x)
-    y = (x - float(n)) * LN2
+def series(y: float) -> float:
+    """``e**y`` for ``|y| <= 0.35``: the Taylor series to ``y**13 / 13!`` in Estrin's scheme."""
     y2 = y * y
     y4 = y2 * y2
     y8 = y4 * y4
@@ -57,7 +63,11 @@ def exp2d(x: float) -> float:
     r1 = (C4 + C5 * y) + (C6 + C7 * y) * y2
     r2 = (C8 + C9 * y) + (C10 + C11 * y) * y2
     r3 = C12 + C13 * y
-    p = (r0 + r1 * y4) + (r2 + r3 * y4) * y8
+    return (r0 + r1 * y4) + (r2 + r3 * y4) * y8
+
+
+def pow2(n: int) -> float:
+    """``2**n``, exactly, for ``-1022 <= n <= 1023``: 1/2 (or 2) squared."""
     m = -n
     base = 0.5
     if m < 0:
@@ -69,18 +79,34 @@ def exp2d(x: float) -> float:
             scale = scale * base
         base = base * base
         m = m // 2
-    return p * scale
+    return scale
 
 
-def exp2d_array(x: np.ndarray) -> np.ndarray:
-    """``exp2d`` of every element of a float64 array: the same operations in the same order
-    (``np.rint`` rounds half to even; ``np.ldexp`` of 1.0 is the exact power of two that
-    ``exp2d``'s squaring builds)."""
-    x = np.asarray(x, dtype=np.float64)
-    low = x < MIN_EXPONENT
-    safe = np.where(low, 0.0, x)
-    n = np.rint(safe)
-    y = (safe - n) * LN2
+def exp2d(x: float) -> float:
+    """``2**x`` (module docstring; the decay calls it with ``x <= 0``, and it is exact in its
+    power of two up to ``x = 1023``); 0.0 below ``MIN_EXPONENT``."""
+    if x < MIN_EXPONENT:
+        return 0.0
+    n = round(x)
+    return series((x - float(n)) * LN2) * pow2(n)
+
+
+def expd(x: float) -> float:
+    """``e**x`` the same way: ``n = round(x / ln 2)``, ``r = x - n ln 2`` in two parts
+    (``n * LN2_HI`` is exact), ``series(r) * 2**n``; ``inf`` above ``MAX_EXP``, 0.0 below
+    ``-MAX_EXP``, NaN for NaN. Boost's moments ``E[e^(γS)]`` call it with ``0 <= x <= 700``."""
+    if x != x:  # noqa: PLR0124 (NaN; math.isnan is outside the compiled subset)
+        return x
+    if x > MAX_EXP:
+        return math.inf
+    if x < -MAX_EXP:
+        return 0.0
+    n = round(x * INV_LN2)
+    fn = float(n)
+    return series((x - fn * LN2_HI) - fn * LN2_LO) * pow2(n)
+
+
+def _series_array(y: np.ndarray) -> np.ndarray:
     y2 = y * y
     y4 = y2 * y2
     y8 = y4 * y4
@@ -88,7 +114,31 @@ def exp2d_array(x: np.ndarray) -> np.ndarray:
     r1 = (C4 + C5 * y) + (C6 + C7 * y) * y2
     r2 = (C8 + C9 * y) + (C10 + C11 * y) * y2
     r3 = C12 + C13 * y
-    p = (r0 + r1 * y4) + (r2 + r3 * y4) * y8
-    out = p * np.ldexp(1.0, n.astype(np.int64))
+    out: np.ndarray = (r0 + r1 * y4) + (r2 + r3 * y4) * y8
+    return out
+
+
+def exp2d_array(x: np.ndarray) -> np.ndarray:
+    """``exp2d`` of every element of a float64 array: the same operations in the same order
+    (``np.rint`` rounds half to even; ``np.ldexp`` of 1.0 is the exact power of two that
+    ``pow2`` builds)."""
+    x = np.asarray(x, dtype=np.float64)
+    low = x < MIN_EXPONENT
+    safe = np.where(low, 0.0, x)
+    n = np.rint(safe)
+    out = _series_array((safe - n) * LN2) * np.ldexp(1.0, n.astype(np.int64))
     out[low] = 0.0
+    return out
+
+
+def expd_array(x: np.ndarray) -> np.ndarray:
+    """``expd`` of every element of a float64 array (NaN stays NaN)."""
+    x = np.asarray(x, dtype=np.float64)
+    high, low = x > MAX_EXP, x < -MAX_EXP
+    safe = np.where(high | low | np.isnan(x), 0.0, x)
+    n = np.rint(safe * INV_LN2)
+    out = _series_array((safe - n * LN2_HI) - n * LN2_LO) * np.ldexp(1.0, n.astype(np.int64))
+    out[high] = np.inf
+    out[low] = 0.0
+    out[np.isnan(x)] = np.nan
     return out
