@@ -9,7 +9,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from desched.structures import exp2
-from desched.structures.exp2 import MAX_EXP, MIN_EXPONENT, exp2d, exp2d_array, expd, expd_array
+from desched.structures.exp2 import (
+    MAX_EXP,
+    MIN_EXPONENT,
+    compiled,
+    exp2d,
+    exp2d_array,
+    exp2d_numpy,
+    expd,
+    expd_array,
+    expd_numpy,
+    fast_exp2d,
+    fast_expd,
+)
 
 # Bits written down once (float.hex): IEEE-754 addition and multiplication are the same on
 # every machine, so these hold on any CPU; numpy's exp2 would not (AVX-512 or not).
@@ -48,6 +60,10 @@ def test_the_coefficients_are_the_taylor_series_of_e_to_the_y() -> None:
         assert c == 1.0 / math.factorial(k)
 
 
+def test_the_native_functions_are_built_where_llvmlite_is() -> None:
+    assert compiled() is not None  # llvmlite is a dependency: the fast paths are native
+
+
 def test_known_values_have_their_pinned_bits() -> None:
     for x, bits in PINNED.items():
         assert exp2d(x).hex() == bits, x
@@ -58,10 +74,11 @@ def test_known_values_have_their_pinned_bits() -> None:
 
 @settings(max_examples=400, deadline=None)
 @given(xs=st.lists(exponents, min_size=1, max_size=40))
-def test_the_array_form_gives_the_scalars_bits(xs: list[float]) -> None:
-    got = exp2d_array(np.array(xs))
-    want = np.array([exp2d(x) for x in xs])
-    assert got.view(np.int64).tolist() == want.view(np.int64).tolist()
+def test_the_array_forms_and_the_native_function_give_the_scalars_bits(xs: list[float]) -> None:
+    want = np.array([exp2d(x) for x in xs]).view(np.int64).tolist()
+    assert exp2d_numpy(np.array(xs)).view(np.int64).tolist() == want
+    assert exp2d_array(np.array(xs)).view(np.int64).tolist() == want
+    assert np.array([fast_exp2d(x) for x in xs]).view(np.int64).tolist() == want
 
 
 @settings(max_examples=400, deadline=None)
@@ -79,17 +96,21 @@ def test_e_to_the_x_has_its_pinned_bits_and_special_values() -> None:
     for x, bits in PINNED_E.items():
         assert expd(x).hex() == bits, x
         assert float(expd_array(np.array([x]))[0]).hex() == bits, x
+        assert fast_expd(x).hex() == bits, x
     assert expd(0.0) == 1.0 and expd(MAX_EXP + 1) == math.inf and expd(-MAX_EXP - 1) == 0.0
-    assert math.isnan(expd(math.nan)) and math.isnan(float(expd_array(np.array([math.nan]))[0]))
-    assert expd_array(np.array([math.inf, -math.inf])).tolist() == [math.inf, 0.0]
+    for form in (expd_array, expd_numpy):
+        assert math.isnan(float(form(np.array([math.nan]))[0]))
+        assert form(np.array([math.inf, -math.inf])).tolist() == [math.inf, 0.0]
+    assert math.isnan(expd(math.nan)) and math.isnan(fast_expd(math.nan))
 
 
 @settings(max_examples=400, deadline=None)
 @given(xs=st.lists(arguments, min_size=1, max_size=40))
-def test_e_to_the_x_in_array_form_gives_the_scalars_bits(xs: list[float]) -> None:
-    got = expd_array(np.array(xs))
-    want = np.array([expd(x) for x in xs])
-    assert got.view(np.int64).tolist() == want.view(np.int64).tolist()
+def test_e_to_the_x_in_array_and_native_forms_gives_the_scalars_bits(xs: list[float]) -> None:
+    want = np.array([expd(x) for x in xs]).view(np.int64).tolist()
+    assert expd_numpy(np.array(xs)).view(np.int64).tolist() == want
+    assert expd_array(np.array(xs)).view(np.int64).tolist() == want
+    assert np.array([fast_expd(x) for x in xs]).view(np.int64).tolist() == want
 
 
 @settings(max_examples=400, deadline=None)

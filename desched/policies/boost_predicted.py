@@ -56,7 +56,7 @@ import numpy as np
 from pydantic import Field
 
 from desched.policies.base import NaivePolicy, Policy, PolicyParams
-from desched.structures.exp2 import expd, expd_array
+from desched.structures.exp2 import expd, expd_array, fast_expd
 from desched.trace import TaskTable
 
 LN2, LN5, LN10 = math.log(2.0), math.log(5.0), math.log(10.0)
@@ -125,7 +125,7 @@ def mgf(c: float, theta: float, g: float) -> float:
     gt = g * theta
     if gt >= 1.0 or g * c > MAX_EXPONENT:
         return math.inf
-    return expd(g * c) / (1.0 - gt)
+    return fast_expd(g * c) / (1.0 - gt)
 
 
 class BoostEstimator:

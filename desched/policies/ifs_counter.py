@@ -12,7 +12,7 @@ from pydantic import Field
 from desched.policies.base import PolicyParams
 from desched.policies.ifs_memoryless import IfsMemoryless, IfsMemorylessNaive, IfsParams
 from desched.policies.learnable import Range, SearchSpace, Simplex
-from desched.structures.exp2 import exp2d, exp2d_array
+from desched.structures.exp2 import exp2d, exp2d_array, fast_exp2d
 from desched.structures.ifs_kernel import COUNTER
 from desched.trace import TaskTable
 
@@ -53,7 +53,7 @@ def decayed(service_s: float, at_s: float, now: float, half_life_s: float) -> fl
     whose bits are the same on every CPU (numpy's ``exp2`` differs with AVX-512, Python's
     ``2.0 ** x`` from both).
     """
-    return service_s * exp2d(-(now - at_s) / half_life_s)
+    return service_s * fast_exp2d(-(now - at_s) / half_life_s)
 
 
 class IfsCounterNaive(IfsMemorylessNaive):

@@ -22,15 +22,25 @@ own source) all get the same double. ``exp2d``:
 ``expd`` reduces by ``ln 2`` in two parts (Cody and Waite) and shares the series and the power
 of two. Within two units in the last place of the C library's. ``series``, ``pow2``,
 ``exp2d`` and ``expd`` are in the compiled subset of ``desched.structures.kernelc``;
-``exp2d_array`` and ``expd_array`` are the same operations on a numpy array, element by
-element.
+``compiled`` builds them natively from this source (the policy objects' fast paths call
+those: ``fast_exp2d``, ``fast_expd``, the array forms); ``exp2d_numpy`` and ``expd_numpy`` are
+the same operations on a numpy array, element by element, where llvmlite cannot build them.
 """
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import math
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+
+F64 = npt.NDArray[np.float64]
 
 MIN_EXPONENT = -1000.0
 LN2 = 0.6931471805599453  # math.log(2.0)
@@ -106,6 +116,63 @@ def expd(x: float) -> float:
     return series((x - fn * LN2_HI) - fn * LN2_LO) * pow2(n)
 
 
+def exp2d_loop(x: F64, out: F64, n: int) -> None:
+    """``out[j] = exp2d(x[j])`` for ``j < n`` (compiled: ``compiled``)."""
+    for j in range(n):
+        out[j] = exp2d(x[j])
+
+
+def expd_loop(x: F64, out: F64, n: int) -> None:
+    """``out[j] = expd(x[j])`` for ``j < n`` (compiled: ``compiled``)."""
+    for j in range(n):
+        out[j] = expd(x[j])
+
+
+COMPILED = ("series", "pow2", "exp2d", "expd", "exp2d_loop", "expd_loop")
+"""The functions of this module in ``desched.structures.kernelc``'s subset."""
+
+
+@cache
+def compiled() -> dict[str, Callable[..., Any]] | None:
+    """Native ``exp2d``, ``expd`` and their loops, compiled from this module's own source
+    (cached on disk as the kernels are), or None where llvmlite cannot build them: the
+    policy objects then use the Python and numpy forms, which give the same bits."""
+    try:
+        import llvmlite
+
+        from desched.structures import kernelc
+
+        def build() -> tuple[ast.Module, list[str]]:
+            source = ast.parse(Path(__file__).read_text(), __file__)
+            tree = ast.Module(body=[n for n in source.body if isinstance(n, ast.Assign)
+                                    or (isinstance(n, ast.FunctionDef) and n.name in COMPILED)],
+                              type_ignores=[])
+            return tree, ["exp2d", "expd", "exp2d_loop", "expd_loop"]
+
+        digest = hashlib.sha256(Path(__file__).read_bytes())
+        digest.update(Path(kernelc.__file__).read_bytes())
+        digest.update(llvmlite.__version__.encode())
+        text, sigs = kernelc.cached_translation(digest.hexdigest()[:24], __file__, build)
+        return kernelc.native(text, sigs, __file__)
+    except Exception:  # noqa: BLE001 (no native code: the Python forms run instead)
+        return None
+
+
+def _native(name: str, python: Callable[[float], float]) -> Callable[[float], float]:
+    functions = compiled()
+    return python if functions is None else functions[name]
+
+
+def fast_exp2d(x: float) -> float:
+    """``exp2d(x)``, by the native function where there is one (a tenth of the cost)."""
+    return _native("exp2d", exp2d)(x)
+
+
+def fast_expd(x: float) -> float:
+    """``expd(x)``, by the native function where there is one (a tenth of the cost)."""
+    return _native("expd", expd)(x)
+
+
 def _series_array(y: np.ndarray) -> np.ndarray:
     y2 = y * y
     y4 = y2 * y2
@@ -119,7 +186,19 @@ def _series_array(y: np.ndarray) -> np.ndarray:
 
 
 def exp2d_array(x: np.ndarray) -> np.ndarray:
-    """``exp2d`` of every element of a float64 array: the same operations in the same order
+    """``exp2d`` of every element of a float64 array: the native loop where there is one,
+    else ``exp2d_numpy``; the same bits either way."""
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    functions = compiled()
+    if functions is None:
+        return exp2d_numpy(x)
+    out = np.empty_like(x)
+    functions["exp2d_loop"](x.ctypes.data, out.ctypes.data, x.size)
+    return out
+
+
+def exp2d_numpy(x: np.ndarray) -> np.ndarray:
+    """``exp2d`` of every element by numpy's element-wise operations, in ``exp2d``'s order
     (``np.rint`` rounds half to even; ``np.ldexp`` of 1.0 is the exact power of two that
     ``pow2`` builds)."""
     x = np.asarray(x, dtype=np.float64)
@@ -132,7 +211,19 @@ def exp2d_array(x: np.ndarray) -> np.ndarray:
 
 
 def expd_array(x: np.ndarray) -> np.ndarray:
-    """``expd`` of every element of a float64 array (NaN stays NaN)."""
+    """``expd`` of every element of a float64 array: the native loop where there is one,
+    else ``expd_numpy``; the same bits either way."""
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    functions = compiled()
+    if functions is None:
+        return expd_numpy(x)
+    out = np.empty_like(x)
+    functions["expd_loop"](x.ctypes.data, out.ctypes.data, x.size)
+    return out
+
+
+def expd_numpy(x: np.ndarray) -> np.ndarray:
+    """``expd`` of every element by numpy's element-wise operations (NaN stays NaN)."""
     x = np.asarray(x, dtype=np.float64)
     high, low = x > MAX_EXP, x < -MAX_EXP
     safe = np.where(high | low | np.isnan(x), 0.0, x)
