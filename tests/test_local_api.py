@@ -75,11 +75,11 @@ def test_no_server_is_started_where_an_api_is_configured_or_the_ephemeral_one_is
 
     with temporary_settings(updates={PREFECT_API_URL: "http://127.0.0.1:9/api"}):
         assert configured_elsewhere() and LocalApi.start() is None  # e.g. a test harness
-    assert not configured_elsewhere()
     # before Prefect is imported: the environment and the profiles file
     monkeypatch.delitem(sys.modules, "prefect.settings")
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path))
-    monkeypatch.delenv("PREFECT_PROFILES_PATH", raising=False)
+    for name in ("PREFECT_PROFILES_PATH", "PREFECT_API_URL", "PREFECT_SERVER_ALLOW_EPHEMERAL_MODE"):
+        monkeypatch.delenv(name, raising=False)
     assert not configured_elsewhere()
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:4200/api")
     assert configured_elsewhere() and LocalApi.start() is None
