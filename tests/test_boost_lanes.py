@@ -99,6 +99,28 @@ def test_a_task_taken_past_an_older_one_is_an_overtaker_and_opens_the_lane_until
     assert lanes.overtakers == set() and not lanes.lane_open()
 
 
+def test_an_overtaker_whose_lease_expires_while_work_arrives_closes_the_lane_as_in_the_twin(
+) -> None:
+    """The quiet path: no completion ever comes for task 2; its lease expires (the service
+    pushes it again) just as task 4 arrives. It runs no more, so it holds no worker and the
+    lane closes; fast and naive then decide alike and save the same state."""
+    tasks = make_tasks(*(T("a", float(k), 1.0, predicted_s=1.0) for k in range(5)))
+    fast = BoostLanes(tasks, BoostParams(workers=2))
+    naive = BoostLanesNaive(tasks, BoostParams(workers=2))
+    picks = []
+    for policy in (fast, naive):
+        for i in range(4):
+            policy.push(i, 3.0)
+        policy.take(2, 3.0)  # an overtaker: the lane opens
+        policy.push(2, 9.0)  # its lease expired at 9.0, with no completion record
+        policy.push(4, 9.0)  # and new work arrives at the same instant
+        assert policy.state() == {**policy.state(), "overtakers": []}
+        picks.append([policy.pop(9.0) for _ in range(5)])
+    assert not fast.lane_open()
+    assert picks[0] == picks[1] and sorted(picks[0]) == [0, 1, 2, 3, 4]
+    assert fast.state() == naive.state()
+
+
 def test_the_lazy_pop_sequence_is_the_sequence_of_pops_of_a_copy() -> None:
     tasks = make_tasks(*(T("ab"[k % 2], float(k // 3), 1.0, predicted_s=1.0 + (7 * k) % 5)
                          for k in range(24)))
