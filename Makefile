@@ -6,20 +6,16 @@ STAMP := $(VENV)/.installed
 export PREFECT_HOME ?= $(CURDIR)/.prefect/home
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 90
+# Python writes each module's bytecode the first time it imports it, so later processes
+# start from it: nothing is compiled that nothing imports.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: demo test test-fast bench lint clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml scripts/install_env.py
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q --no-compile -e '.[dev,pipeline,service,bench,enrich]'
-	# Byte-compile here, on every core (pip compiles one file after another), leaving out the
-	# packages' own test suites, which nothing imports; a file that does not compile is
-	# skipped, as pip skips it. pip leaves an editable project alone: desched's sources are
-	# compiled too, else a machine with PYTHONDONTWRITEBYTECODE set compiles them in every
-	# process (~50 ms).
-	$(PY) -m compileall -q -j 0 -x '/tests?/' $(VENV)/lib >/dev/null || true
-	$(PY) -m compileall -q desched
+	# uv when it can (pip's package sources handed over), else pip: scripts/install_env.py.
+	$(PYTHON) scripts/install_env.py $(VENV) dev,pipeline,service,bench,enrich
 	touch $(STAMP)
 
 demo: $(STAMP)
