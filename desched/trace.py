@@ -7,6 +7,7 @@ A trace has one row per task. Required columns: ``task_id`` (str, unique), ``ten
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -223,7 +224,26 @@ class TaskTable:
 
     @property
     def has_predictions(self) -> bool:
+        # A NaN makes the sum NaN; a NaN sum without one (+inf and -inf) takes the long way.
+        if not math.isnan(sum(self.predicted_s)):
+            return True
         return not any(math.isnan(p) for p in self.predicted_s)
+
+    def copy(self) -> TaskTable:
+        """A table of its own with the same entries: every column and mapping copied, so a
+        run that appends to or edits it leaves this one as it was."""
+        return TaskTable(
+            task_id=list(self.task_id),
+            tenant=list(self.tenant),
+            tenant_names=list(self.tenant_names),
+            submit_s=list(self.submit_s),
+            duration_s=copy.copy(self.duration_s),
+            predicted_s=list(self.predicted_s),
+            tenant_index=dict(self.tenant_index),
+            tenant_weight=dict(self.tenant_weight),
+            predicted_p50_s=list(self.predicted_p50_s),
+            predicted_p90_s=list(self.predicted_p90_s),
+        )
 
     @classmethod
     def empty(cls) -> TaskTable:

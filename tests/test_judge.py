@@ -189,6 +189,33 @@ def test_the_cache_returns_the_same_case(tmp_path: Path) -> None:
     assert again.workers == first.workers and again.model == first.model
 
 
+def test_runs_of_a_case_share_its_tenant_codes_and_table_and_match_a_fresh_case(
+    tmp_path: Path,
+) -> None:
+    from desched.bench.verdicts import case_table, case_tenants
+
+    case = small_case(tmp_path)
+    specs = (jd.TODAY, jd.ORACLE, "guarded-sjf", "boost-predicted")
+    first = [jd.evaluate(case, spec) for spec in specs]
+    assert case.tenants is not None and case.table is not None
+    # every run of the case after the first reused them; a case that never ran any of these
+    # specs recomputes from scratch and gives the same outcomes
+    for spec, before in zip(specs, first, strict=True):
+        fresh = Case(name=case.name, kind=case.kind, source=case.source, frame=case.frame,
+                     workers=case.workers, mean_train_duration_s=case.mean_train_duration_s)
+        assert jd.evaluate(fresh, spec) == before
+    names, codes = case_tenants(case)
+    assert names.tolist() == sorted(set(case.frame["tenant"].to_list()))
+    assert names[codes].tolist() == case.frame["tenant"].to_list()
+    # a run cannot change the kept table; a case given another frame reads that frame
+    table = case_table(case)
+    table.predicted_s[0] = -1.0
+    assert case_table(case).predicted_s[0] == case.frame["predicted_s"][0]
+    case.frame = case.frame.with_columns(tenant=case.frame["tenant"] + "x")
+    assert all(n.endswith("x") for n in case_tenants(case)[0])
+    assert all(n.endswith("x") for n in case_table(case).tenant_names)
+
+
 def test_leave_one_log_out_tunes_on_the_other_logs_only(tmp_path: Path) -> None:
     one = small_case(tmp_path)
     cases = [Case(name=f"log{k}", kind="log", source=one.source, frame=one.frame,

@@ -10,7 +10,7 @@ import pytest
 
 from desched.errors import DeschedError
 from desched.metrics import RunArrays, jain, summarize
-from desched.trace import read_trace, validate_trace
+from desched.trace import DurationWithheld, TaskTable, read_trace, validate_trace
 from tests.builders import T, make_frame
 
 
@@ -101,3 +101,36 @@ def test_service_lag_is_zero_when_backlogged_tenants_are_served_alike():
     s = summarize(r, workers=2, window_s=1.0)
     assert s.max_service_lag_s == pytest.approx(0.0)
     assert s.jain_slowdown == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("predicted", "expected"),
+    [
+        ([], True),
+        ([1.0, 2.0], True),
+        ([1.0, math.nan], False),
+        ([math.inf, 2.0], True),
+        ([math.inf, -math.inf], True),  # a NaN sum without a NaN: the long way, still True
+        ([math.inf, -math.inf, math.nan], False),
+    ],
+)
+def test_has_predictions_is_false_exactly_when_a_prediction_is_nan(predicted, expected):
+    n = len(predicted)
+    table = TaskTable([f"t{i}" for i in range(n)], [0] * n, ["a"], [0.0] * n, [1.0] * n,
+                      predicted)
+    assert table.has_predictions is expected
+
+
+def test_a_copied_task_table_is_equal_and_independent():
+    table = TaskTable.from_frame(pl.DataFrame({
+        "task_id": ["x", "y"], "tenant": ["b", "a"], "task_type": ["t", "t"],
+        "submit_s": [0.0, 1.0], "duration_s": [2.0, 3.0], "predicted_s": [1.5, 2.5]}))
+    copied = table.copy()
+    assert copied == table
+    copied.append("z", "c", 2.0, 4.0, 3.5)
+    copied.predicted_s[0] = 9.0
+    assert len(table) == 2 and table.tenant_names == ["b", "a"]
+    assert table.predicted_s == [1.5, 2.5] and "c" not in table.tenant_index
+    view = table.without_durations().copy()
+    with pytest.raises(DurationWithheld):
+        view.duration_s[0]

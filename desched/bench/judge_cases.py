@@ -128,6 +128,10 @@ class Case:
     train_frac: float | None = TRAIN_FRAC
     """Share of the log's tasks that trained the model (None for a scenario: another seed)."""
     outcomes: dict[str, Any] = field(default_factory=dict, repr=False)
+    tenants: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
+    """(frame, sorted tenant names, each task's code): ``verdicts.case_tenants``' cache."""
+    table: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
+    """(frame, its ``TaskTable``): ``verdicts.case_table``'s cache."""
 
     @property
     def tasks(self) -> int:

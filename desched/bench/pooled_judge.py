@@ -197,7 +197,8 @@ def prefill(runs: Sequence[Run], *, pool: Pool = SERIAL, progress: Progress | No
                 extra_text = "" if not extra else f" {dict(extra)}"
                 progress(f"{finished}/{len(todo)} simulated, {case.name}: {spec}{extra_text}")
 
-    args = [(dataclasses.replace(call[0][0], outcomes={}),
+    # each call gets the case without its outcomes and caches: the process reads its own
+    args = [(dataclasses.replace(call[0][0], outcomes={}, tenants=None, table=None),
              [(spec, dict(extra)) for _, spec, extra in call]) for call in calls]
     for call, outcomes in zip(calls, pool(_outcomes, args, done=ended), strict=True):
         for (case, _, _), outcome in zip(call, outcomes, strict=True):

@@ -8,7 +8,7 @@ every name here. The criteria are those of ``judge``'s module docstring (issue 1
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -16,6 +16,9 @@ from desched.bench.judge_cases import Case
 from desched.bench.roles import clairvoyant
 from desched.policies import REGISTRY, WITHOUT_PREDICTION
 from desched.records import Record
+
+if TYPE_CHECKING:
+    from desched.trace import TaskTable
 
 PROMISES: tuple[str, ...] = ("p99", "delta_jain", "worst_tenant")
 """The promise criteria of a log verdict (a scenario's promises are all its criteria)."""
@@ -132,8 +135,12 @@ def resolve(case: Case, spec: str,
     return parsed.name, params
 
 
-def _tenant_bsld(tenant: np.ndarray, bsld: np.ndarray) -> tuple[dict[str, float], dict[str, int]]:
-    names, codes = np.unique(tenant, return_inverse=True)
+def _tenant_bsld(tenant: np.ndarray, bsld: np.ndarray, names: np.ndarray | None = None
+                 ) -> tuple[dict[str, float], dict[str, int]]:
+    if names is None:
+        names, codes = np.unique(tenant, return_inverse=True)
+    else:
+        codes = tenant
     sums = np.bincount(codes, weights=bsld, minlength=names.size)
     counts = np.bincount(codes, minlength=names.size)
     return ({str(n): float(s / c) for n, s, c in zip(names, sums, counts, strict=True)},
@@ -141,14 +148,17 @@ def _tenant_bsld(tenant: np.ndarray, bsld: np.ndarray) -> tuple[dict[str, float]
 
 
 def outcome_of(policy: str, params: Mapping[str, Any], tenant: np.ndarray, submit_s: np.ndarray,
-               duration_s: np.ndarray, start_s: np.ndarray, workers: int) -> Outcome:
-    """The judge's metrics of a finished run (per-task arrays aligned by position)."""
+               duration_s: np.ndarray, start_s: np.ndarray, workers: int,
+               names: np.ndarray | None = None) -> Outcome:
+    """The judge's metrics of a finished run (per-task arrays aligned by position). With
+    ``names`` (the distinct tenant names, sorted), ``tenant`` holds each task's index into
+    them, as ``np.unique(..., return_inverse=True)`` gives it (``case_tenants``)."""
     from desched.metrics import RunArrays, jain, summarize
 
     run = RunArrays(tenant=tenant, submit_s=submit_s, duration_s=duration_s, start_s=start_s,
-                    end_s=start_s + duration_s)
+                    end_s=start_s + duration_s, tenant_names=names)
     summary = summarize(run, workers)
-    bsld, tasks = _tenant_bsld(tenant, run.bounded_slowdown)
+    bsld, tasks = _tenant_bsld(tenant, run.bounded_slowdown, names)
     return Outcome(policy=policy, params=dict(params),
                    mean_response_s=summary.mean_response_s,
                    p99_response_s=summary.p99_response_s,
@@ -156,6 +166,30 @@ def outcome_of(policy: str, params: Mapping[str, Any], tenant: np.ndarray, submi
                    jain_slowdown=summary.jain_slowdown,
                    max_service_lag_s=summary.max_service_lag_s,
                    tenant_bsld=bsld, tenant_tasks=tasks)
+
+
+def case_tenants(case: Case) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct tenant names of ``case``'s test part, sorted, and each task's index into
+    them: sorted once per test part, not once per simulation (every run of a case shares
+    them). Kept on the case beside the frame they were read from, so a case given another
+    frame sorts again."""
+    kept = case.tenants
+    if kept is None or kept[0] is not case.frame:
+        names, codes = np.unique(case.frame["tenant"].to_numpy(), return_inverse=True)
+        kept = case.tenants = (case.frame, names, codes.astype(np.int64).reshape(-1))
+    return kept[1], kept[2]
+
+
+def case_table(case: Case) -> TaskTable:
+    """``TaskTable.from_frame(case.frame)``, a copy of its own for each run: the table is
+    read off the frame once per test part (kept on the case, as ``case_tenants``)."""
+    from desched.trace import TaskTable as Table
+
+    kept = case.table
+    if kept is None or kept[0] is not case.frame:
+        kept = case.table = (case.frame, Table.from_frame(case.frame))
+    table: TaskTable = kept[1]
+    return table.copy()
 
 
 PREFILLED = "prefilled:"
@@ -172,7 +206,6 @@ def evaluate(case: Case, spec: str, extra: Mapping[str, Any] | None = None) -> O
     from desched.bench.specs import policy_spec
     from desched.policies import make_policy
     from desched.simulator import simulate
-    from desched.trace import TaskTable
 
     name, params = resolve(case, spec, extra)
     key = policy_spec(name, params)
@@ -184,12 +217,14 @@ def evaluate(case: Case, spec: str, extra: Mapping[str, Any] | None = None) -> O
         out = ready.model_copy(update={"params": dict(params)})
         case.outcomes[key] = out
         return out  # type: ignore[no-any-return]
-    tasks = TaskTable.from_frame(case.frame)
+    tasks = case_table(case)
     policy = make_policy(name, tasks, {k: str(v) for k, v in params.items()})
     result = simulate(tasks, policy, case.workers)
     frame = case.frame
-    out = outcome_of(key, params, frame["tenant"].to_numpy(), frame["submit_s"].to_numpy(),
-                     frame["duration_s"].to_numpy(), np.frombuffer(result.start_s), case.workers)
+    names, codes = case_tenants(case)
+    out = outcome_of(key, params, codes, frame["submit_s"].to_numpy(),
+                     frame["duration_s"].to_numpy(), np.frombuffer(result.start_s), case.workers,
+                     names=names)
     case.outcomes[key] = out
     return out
 

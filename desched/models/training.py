@@ -299,15 +299,17 @@ def train(
     )
     candidates: dict[str, Model] = {}
     compared: dict[str, dict[str, float]] = {}
+    on_test: dict[str, np.ndarray] = {}
     for name in settings.objectives:
         lgb_objective, log_target = OBJECTIVES[name]
         model = fit(objective=lgb_objective, log_target=log_target)
         if progress is not None:
             progress(name)
         candidates[name] = model
+        on_test[name] = model.predict_s(x_test)
         compared[name] = {
             "valid_mae_s": mae(y_valid, model.predict_s(x_valid)),
-            "test_mae_s": mae(y_test, model.predict_s(x_test)),
+            "test_mae_s": mae(y_test, on_test[name]),
             "trees": float(model.booster.num_trees()),
         }
     chosen = min(compared, key=lambda n: (compared[n]["valid_mae_s"], n))
@@ -357,7 +359,7 @@ def train(
         model=model,
         quantile_models=quantile_models,
         objectives=compared,
-        metrics=score(y_test, model.predict_s(x_test)),
+        metrics=score(y_test, on_test[chosen]),
         baselines=baselines,
         quantile_metrics=quantile_metrics,
         window=window,
