@@ -127,7 +127,6 @@ from desched.service.store import (
     cancel_write,
     complete_write,
     config_write,
-    db_errors,
     dead_letter_write,
     extend_write,
     insert_write,
@@ -265,7 +264,8 @@ class Scheduler:
     def _idle(self) -> None:
         """Called by the writer thread, on its own connection, every ``standby_poll_s`` it
         has nothing to write: a standby tries the writer lock and takes over when it gets it;
-        an active service checks that its session (and so its lock) is still there."""
+        an active service checks that its session (and so its lock) is still there. A database
+        that cannot be reached raises (the writer says so once per outage)."""
         store = self.write_store
         if store.dialect is Dialect.SQLITE:
             return
@@ -279,9 +279,6 @@ class Scheduler:
         except LostLeadership as exc:
             with self.lock:
                 self._demote(exc)
-            return
-        except db_errors() as exc:  # the next call reconnects
-            logger.warning("writer session check failed: %s", exc)
             return
         with self.lock:
             self._activate()
