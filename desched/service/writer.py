@@ -29,7 +29,8 @@ Invariants:
   Every ``idle_s`` without writes the thread calls ``on_idle`` (the scheduler's standby
   poll and session check), which may use ``store``: the thread owns the connection. An
   ``on_idle`` that cannot reach the database (``Unavailable``, a driver error) is logged
-  once when that starts and once when a round gets through (``Outage``), not every round.
+  once when that starts and once when a round or a commit gets through (``Outage``), not
+  every round.
 
 One transaction per batch instead of per request amortises the round trip and the WAL flush
 that a single writer cannot overlap: requests that arrive while one batch commits share the
@@ -241,6 +242,8 @@ class Writer(threading.Thread):
                 self._settle_batch(waiters, exc)
                 continue
             self.batches += 1
+            if writes:  # it reached the database
+                self.outage.over()
             if afters:
                 self._run_afters(afters)
             self._settle_batch(waiters, None)
