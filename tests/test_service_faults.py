@@ -7,7 +7,9 @@ none is completed twice, and no refusal stored anything.
   was not acknowledged is stored, memory never runs ahead of the database, and the service
   serves again once the disk has room or the file is writable. A commit fails and so
   does every reload of memory after it (the database went away): until a reload succeeds
-  every request gets 503, none an answer made from memory half reset.
+  every request gets 503, none an answer made from memory half reset. A stderr that nobody
+  reads (a pipe holds about 64 KiB) never blocks the service's logging: past its queue's
+  room records are dropped, and counted in the log once it is read again.
 - ``desched serve`` processes (slow, e2e): the service paused (SIGSTOP) past its leases and
   resumed (SIGCONT) with workers still going; PostgreSQL sessions terminated
   (``pg_terminate_backend``) while the writer is inside a transaction, under load;
@@ -19,10 +21,14 @@ none is completed twice, and no refusal stored anything.
 
 from __future__ import annotations
 
+import logging
+import os
 import shutil
 import signal
 import sqlite3
 import subprocess
+import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -33,7 +39,7 @@ import httpx
 import pytest
 
 from tests.reliability import Audit, ThrowawayPostgres, Traffic, audit, pg_bin, stored_tasks
-from tests.test_service import Service, add_principals, auth, free_port, task
+from tests.test_service import PipeDrain, Service, add_principals, auth, free_port, task
 from tests.test_service_ha import metric
 from tests.test_service_stateful import InProcess
 
@@ -163,6 +169,57 @@ def test_memory_that_failed_to_reload_after_a_failed_commit_answers_503_until_it
     finally:
         monkeypatch.undo()
         svc.close()
+
+def test_a_stderr_that_nobody_reads_never_blocks_the_services_logging(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # It did: a harness that read the service's stderr only at exit left it blocked in a
+    # logging call under the scheduler's lock and on the event loop, answering nothing.
+    from desched.cli.service import _log_with_levels
+
+    service_log = logging.getLogger("desched.service")
+    monkeypatch.setattr(service_log, "handlers", [])
+    monkeypatch.setattr(service_log, "propagate", False)
+    read_end, write_end = os.pipe()
+    stuck = os.fdopen(write_end, "w")
+    monkeypatch.setattr(sys, "stderr", stuck)
+    log = _log_with_levels()
+    drain = PipeDrain(os.fdopen(read_end, "rb"), keep_bytes=64 << 20)
+    scheduler_lock, stop = threading.Lock(), threading.Event()
+
+    def recovering() -> None:
+        with scheduler_lock:  # as the writer's recovery logs
+            for j in range(20_000):
+                if stop.is_set():
+                    return
+                service_log.error("commit failed, rebuilding state (%d): %s", j, "x" * 200)
+
+    logging_thread = threading.Thread(target=recovering, daemon=True)
+    try:
+        logging_thread.start()
+        logging_thread.join(30)
+        assert not logging_thread.is_alive(), "logging blocked on a stderr nobody reads"
+        assert log is not None
+        dropped = log.handler.dropped_total
+        assert dropped > 0
+        drain.start()  # someone reads stderr again
+        deadline = time.monotonic() + 30
+        while log.records.qsize() > 0:
+            assert time.monotonic() < deadline, "the log thread never wrote its queue"
+            time.sleep(0.01)
+        service_log.error("after the stall")
+        log.close(timeout_s=30)
+    finally:
+        stop.set()
+        if drain.ident is None:
+            drain.start()
+        logging_thread.join(30)
+        stuck.close()
+    lines = drain.text().splitlines()
+    assert lines[-2].endswith(f"WARNING desched.service: {dropped} log records dropped: the log "
+                              "queue was full (stderr not read)")
+    assert lines[-1].endswith("ERROR desched.service: after the stall")
+    assert len(lines) == 20_000 - dropped + 2
 
 def chattr(flag: str, *paths: Path) -> None:
     subprocess.run(["chattr", flag, *map(str, paths)], check=True, capture_output=True)
