@@ -54,7 +54,10 @@ NOT_E2E: dict[str, tuple[str, ...]] = {
         "test_an_evaluation_cell_is_keyed_on_its_trace_content_and_its_other_inputs",
         "test_the_report_artifact_drops_inline_images",
     ),
-    "test_service.py": ("test_tenants_add_prints_a_token_that_is_stored_hashed",),
+    "test_service.py": (
+        "test_tenants_add_prints_a_token_that_is_stored_hashed",
+        "test_a_child_that_writes_more_to_stderr_than_a_pipe_holds_runs_to_its_end",
+    ),
     "test_service_ha.py": (
         "test_the_worker_client_fails_over_between_addresses_and_backs_off_until_one_serves",
     ),

@@ -136,7 +136,9 @@ class Traffic:
             t.start()
 
     def drain(self, url: str, deadline_s: float = 60.0) -> None:
-        """Stop submitting, let the workers finish what is queued, then stop them."""
+        """Stop submitting, let the workers finish what is queued, then stop them. Drained
+        means ``/healthz`` says ok with nothing queued or leased: while memory waits for a
+        rebuild (degraded) it shows no task, whatever the database holds."""
         self.submitting.clear()
         deadline = time.monotonic() + deadline_s
         try:
@@ -146,7 +148,8 @@ class Traffic:
                 except httpx.TransportError:
                     h = {"queued": -1, "leased": -1}
                 submitting = any(t.is_alive() for t in self.threads[:2])
-                if h.get("queued") == 0 and h.get("leased") == 0 and not submitting:
+                idle = h.get("status") == "ok" and h.get("queued") == h.get("leased") == 0
+                if idle and not submitting:
                     return
                 assert time.monotonic() < deadline, f"queue never drained: {h}"
                 time.sleep(0.1)

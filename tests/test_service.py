@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import quote
 
 import httpx
@@ -47,9 +47,38 @@ class Tokens:
     worker2: str
 
 
+class PipeDrain(threading.Thread):
+    """Reads a child's pipe until its end, keeping the last ``keep_bytes``, so that the child
+    never blocks writing to it. A pipe holds about 64 KiB: a service whose stderr nobody
+    reads blocks in its first logging call past that (a database outage logs a few KiB a
+    second), holding whatever lock it held, and stops answering."""
+
+    def __init__(self, pipe: IO[bytes], keep_bytes: int = 1 << 20) -> None:
+        super().__init__(name="pipe-drain", daemon=True)
+        self.pipe = pipe
+        self.keep_bytes = keep_bytes
+        self.tail = bytearray()
+        self.total_bytes = 0
+
+    def run(self) -> None:
+        fd = self.pipe.fileno()
+        while chunk := os.read(fd, 1 << 16):
+            self.total_bytes += len(chunk)
+            self.tail += chunk
+            if len(self.tail) > 2 * self.keep_bytes:
+                del self.tail[: -self.keep_bytes]
+
+    def text(self, timeout_s: float = 10.0) -> str:
+        """What was read (its last ``keep_bytes``), once the pipe ended or ``timeout_s``
+        passed."""
+        self.join(timeout_s)
+        return bytes(self.tail[-self.keep_bytes :]).decode(errors="replace")
+
+
 @dataclass
 class Service:
-    """One ``desched serve`` subprocess over one database (path or URL)."""
+    """One ``desched serve`` subprocess over one database (path or URL); its stderr is read
+    all along (``log``)."""
 
     db: str
     log_dir: Path
@@ -58,6 +87,7 @@ class Service:
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     url: str = ""
+    log: PipeDrain | None = None
 
     def start(self, standby: bool = False) -> Service:
         """Start and wait until ``/healthz`` says it serves (200), or, with ``standby``,
@@ -80,11 +110,14 @@ class Service:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
+        assert self.proc.stderr is not None
+        self.log = PipeDrain(self.proc.stderr)
+        self.log.start()
         self.url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                err = self.stderr()
                 raise RuntimeError(f"service exited with {self.proc.returncode}:\n{err}")
             try:
                 r = httpx.get(f"{self.url}/healthz", timeout=1.0)
@@ -113,7 +146,13 @@ class Service:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
         if self.proc is not None and self.proc.stderr is not None:
+            if self.log is not None:
+                self.log.join(timeout=10)
             self.proc.stderr.close()
+
+    def stderr(self) -> str:
+        """What the service wrote to stderr (its last MiB), once it exited."""
+        return self.log.text() if self.log is not None else ""
 
 
 class Backend:
@@ -494,6 +533,23 @@ def test_policy_set_switches_the_live_policy(svc: Running) -> None:
     bad = runner.invoke(cli, ["policy", "set", "ifs-memoryless?w_nope=1", "--store", db])
     assert bad.exit_code == 2 and "w_nope" in bad.output
 
+
+def test_a_child_that_writes_more_to_stderr_than_a_pipe_holds_runs_to_its_end() -> None:
+    # Without the drain the child blocks in its write once the pipe holds about 64 KiB, as
+    # a service logging through a database outage did (it stopped answering, mid-test).
+    code = "import sys; sys.stderr.write('x' * (1 << 20)); sys.stderr.write('\\nlast line\\n')"
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    drain = PipeDrain(proc.stderr, keep_bytes=4096)
+    drain.start()
+    try:
+        assert proc.wait(timeout=30) == 0
+        assert drain.text().endswith("x\nlast line\n") and len(drain.text()) == 4096
+        assert drain.total_bytes == (1 << 20) + len("\nlast line\n")
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stderr.close()
 
 def test_tenants_add_prints_a_token_that_is_stored_hashed(backend: Backend) -> None:
     from click.testing import CliRunner

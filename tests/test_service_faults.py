@@ -5,7 +5,11 @@ none is completed twice, and no refusal stored anything.
   writer's connection) and the database file turns read-only (``chattr +i`` on the file and
   its WAL: the kernel refuses every write, even root's). Writes get a 503, nothing a client
   was not acknowledged is stored, memory never runs ahead of the database, and the service
-  serves again once the disk has room or the file is writable.
+  serves again once the disk has room or the file is writable. A commit fails and so
+  does every reload of memory after it (the database went away): until a reload succeeds
+  every request gets 503, none an answer made from memory half reset. A stderr that nobody
+  reads (a pipe holds about 64 KiB) never blocks the service's logging: past its queue's
+  room records are dropped, and counted in the log once it is read again.
 - ``desched serve`` processes (slow, e2e): the service paused (SIGSTOP) past its leases and
   resumed (SIGCONT) with workers still going; PostgreSQL sessions terminated
   (``pg_terminate_backend``) while the writer is inside a transaction, under load;
@@ -17,9 +21,14 @@ none is completed twice, and no refusal stored anything.
 
 from __future__ import annotations
 
+import logging
+import os
 import shutil
 import signal
+import sqlite3
 import subprocess
+import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,7 +39,7 @@ import httpx
 import pytest
 
 from tests.reliability import Audit, ThrowawayPostgres, Traffic, audit, pg_bin, stored_tasks
-from tests.test_service import Service, add_principals, auth, free_port, task
+from tests.test_service import PipeDrain, Service, add_principals, auth, free_port, task
 from tests.test_service_ha import metric
 from tests.test_service_stateful import InProcess
 
@@ -107,6 +116,110 @@ def test_a_full_sqlite_database_refuses_writes_with_503_and_acknowledges_only_wh
     finally:
         svc.close()
 
+
+def test_memory_that_failed_to_reload_after_a_failed_commit_answers_503_until_it_reloads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    svc = InProcess(tmp_path)
+    sched, a, w = svc.scheduler, auth(svc.tokens.tenant_a), auth(svc.tokens.worker)
+    try:
+        assert svc.client.post("/v1/tasks", json=[task(), task()], headers=a).status_code == 201
+        lease = svc.client.post("/v1/poll", json={"worker_id": "w"}, headers=w).json()
+        done = {"lease_id": lease["lease_id"], "duration_s": 0.1}
+        # The database goes away: the next commit fails, and so does every read that would
+        # reload memory (the writer's rebuild, the housekeeper's retries) until it is back.
+        reads = [0]
+        latest_time = sched.store.latest_time
+
+        def unreachable() -> float:
+            reads[0] += 1
+            raise sqlite3.OperationalError("disk I/O error (injected)")
+
+        def fails_once(sql: str, rows: Any) -> int:
+            monkeypatch.undo()
+            monkeypatch.setattr(sched.store, "latest_time", unreachable)
+            raise sqlite3.OperationalError("disk I/O error (injected)")
+
+        monkeypatch.setattr(sched.write_store, "executemany", fails_once)
+        refused = svc.client.post("/v1/tasks", json=task(), headers=a)
+        assert refused.status_code == 503, refused.text
+        with pytest.raises(sqlite3.OperationalError):
+            sched.sweep()  # a housekeeper's retry of the rebuild, failing half way
+        assert reads[0] >= 2
+        health = svc.client.get("/healthz").json()
+        assert (health["status"], health["queued"], health["leased"]) == ("degraded", 0, 0)
+        # Memory holds nothing now: no answer may come from it.
+        poll = svc.client.post("/v1/poll", json={"worker_id": "w2"}, headers=w)
+        assert poll.status_code == 503 and poll.headers["Retry-After"] == "1", poll.text
+        complete = svc.client.post(f"/v1/tasks/{lease['task_id']}/complete", json=done,
+                                   headers=w)
+        assert complete.status_code == 503, complete.text
+        again = svc.client.post("/v1/tasks", json=task(), headers=a)
+        assert again.status_code == 503, again.text
+        monkeypatch.setattr(sched.store, "latest_time", latest_time)  # the database is back
+        sched.sweep()
+        health = svc.client.get("/healthz").json()
+        assert (health["status"], health["queued"], health["leased"]) == ("ok", 1, 1)
+        complete = svc.client.post(f"/v1/tasks/{lease['task_id']}/complete", json=done,
+                                   headers=w)
+        assert complete.status_code == 204, complete.text
+        poll = svc.client.post("/v1/poll", json={"worker_id": "w2"}, headers=w)
+        assert poll.status_code == 200 and poll.json()["task_id"] != lease["task_id"]
+        assert sorted(state for state, _ in stored_tasks(svc.db).values()) == ["done", "leased"]
+    finally:
+        monkeypatch.undo()
+        svc.close()
+
+def test_a_stderr_that_nobody_reads_never_blocks_the_services_logging(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # It did: a harness that read the service's stderr only at exit left it blocked in a
+    # logging call under the scheduler's lock and on the event loop, answering nothing.
+    from desched.cli.service import _log_with_levels
+
+    service_log = logging.getLogger("desched.service")
+    monkeypatch.setattr(service_log, "handlers", [])
+    monkeypatch.setattr(service_log, "propagate", False)
+    read_end, write_end = os.pipe()
+    stuck = os.fdopen(write_end, "w")
+    monkeypatch.setattr(sys, "stderr", stuck)
+    log = _log_with_levels()
+    drain = PipeDrain(os.fdopen(read_end, "rb"), keep_bytes=64 << 20)
+    scheduler_lock, stop = threading.Lock(), threading.Event()
+
+    def recovering() -> None:
+        with scheduler_lock:  # as the writer's recovery logs
+            for j in range(20_000):
+                if stop.is_set():
+                    return
+                service_log.error("commit failed, rebuilding state (%d): %s", j, "x" * 200)
+
+    logging_thread = threading.Thread(target=recovering, daemon=True)
+    try:
+        logging_thread.start()
+        logging_thread.join(30)
+        assert not logging_thread.is_alive(), "logging blocked on a stderr nobody reads"
+        assert log is not None
+        dropped = log.handler.dropped_total
+        assert dropped > 0
+        drain.start()  # someone reads stderr again
+        deadline = time.monotonic() + 30
+        while log.records.qsize() > 0:
+            assert time.monotonic() < deadline, "the log thread never wrote its queue"
+            time.sleep(0.01)
+        service_log.error("after the stall")
+        log.close(timeout_s=30)
+    finally:
+        stop.set()
+        if drain.ident is None:
+            drain.start()
+        logging_thread.join(30)
+        stuck.close()
+    lines = drain.text().splitlines()
+    assert lines[-2].endswith(f"WARNING desched.service: {dropped} log records dropped: the log "
+                              "queue was full (stderr not read)")
+    assert lines[-1].endswith("ERROR desched.service: after the stall")
+    assert len(lines) == 20_000 - dropped + 2
 
 def chattr(flag: str, *paths: Path) -> None:
     subprocess.run(["chattr", flag, *map(str, paths)], check=True, capture_output=True)

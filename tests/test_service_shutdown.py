@@ -235,10 +235,10 @@ def test_a_row_changed_behind_a_running_services_back_is_logged_counted_and_serv
             body = {"lease_id": other["lease_id"], "duration_s": 1.0}
             done = http.post(f"/v1/tasks/{other['task_id']}/complete", json=body, headers=worker)
             assert done.status_code == 204
-        assert service.proc is not None and service.proc.stderr is not None
+        assert service.proc is not None
         service.proc.terminate()
         service.proc.wait(timeout=EXIT_BOUND_S)
-        log = service.proc.stderr.read().decode()
+        log = service.stderr()
     finally:
         service.stop()
     assert stored_tasks(db) == 2

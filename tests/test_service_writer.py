@@ -411,6 +411,46 @@ def test_a_failing_idle_round_or_after_callable_leaves_the_writer_committing(
     assert "after-commit callback failed" in messages
 
 
+@pytest.mark.parametrize("ended_by", ["an idle round", "a commit"])
+def test_a_database_outage_in_the_idle_rounds_is_logged_once_when_it_starts_and_once_at_its_end(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, ended_by: str
+) -> None:
+    # A PostgreSQL restart made every idle round (every 0.25 s) log a traceback: a few KiB a
+    # second of stderr for as long as the server was down.
+    store, db = sqlite_store(tmp_path)
+    rounds = [0]
+    failed_20, committed = threading.Event(), threading.Event()
+
+    def idle() -> None:
+        rounds[0] += 1
+        if rounds[0] <= 10:
+            raise Unavailable('cannot connect to PostgreSQL: connection to server at '
+                              '"127.0.0.1", port 5432 failed: Connection refused')
+        if rounds[0] > 20:
+            failed_20.set()
+        if rounds[0] <= 20 or (ended_by == "a commit" and not committed.is_set()):
+            raise sqlite3.OperationalError("server closed the connection unexpectedly\nmore")
+
+    writer = Writer(store, lambda exc: None, on_idle=idle, idle_s=0.001)
+    with caplog.at_level("INFO", logger="desched.service"):
+        writer.start()
+        try:
+            assert failed_20.wait(10)
+            # In the writer thread, after the commit: the idle rounds get through from then on.
+            writer.add([insert_write(task(1), None, None, None)], after=committed.set).result(10)
+            records = [r for r in caplog.records if r.name == "desched.service"]
+        finally:
+            writer.stop(timeout_s=5)
+            store.close()
+    assert seqs_in(db) == {1}
+    assert [r.levelname for r in records] == ["WARNING", "WARNING"], records
+    assert not any(r.exc_info for r in records)
+    lost, over = (r.getMessage() for r in records)
+    assert lost.startswith("the writer's database session is lost, retrying every 0.00 s: ")
+    assert lost.endswith("port 5432 failed: Connection refused") and "\n" not in lost
+    assert over.startswith("the writer's database session is back after ")
+
+
 def test_a_recovery_that_fails_still_fails_the_batch_waiters_and_the_writer_goes_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -87,7 +87,7 @@ def serve(
             probe.acquire_writer_lock()  # raises: another service owns this SQLite file
     finally:
         probe.close()
-    _log_with_levels()
+    log = _log_with_levels()
     app = create_app(settings)
     config = uvicorn.Config(
         app,
@@ -99,19 +99,31 @@ def serve(
         timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s) + 2,
         **_fast_io(),
     )
-    draining_server(config, app.state.scheduler, settings.shutdown_grace_s).run()
+    try:
+        draining_server(config, app.state.scheduler, settings.shutdown_grace_s).run()
+    finally:
+        if log is not None:
+            log.close()
 
 
-def _log_with_levels() -> None:
+def _log_with_levels() -> Any:
     """The service's warnings and errors on stderr with their time, level and logger (an
-    ERROR such as "memory and database disagree" must read as one)."""
+    ERROR such as "memory and database disagree" must read as one), written by a thread of
+    their own so that a stderr nobody reads never blocks the service
+    (``desched.service.log_sink``); the ``NonBlockingLog`` to close at exit, or None when
+    the logger had a handler already."""
     import logging
 
+    from desched.service.log_sink import NonBlockingLog
+
     service_log = logging.getLogger("desched.service")
-    if not service_log.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        service_log.addHandler(handler)
+    if service_log.handlers:
+        return None
+    out = logging.StreamHandler()
+    out.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    log = NonBlockingLog(out)
+    service_log.addHandler(log.handler)
+    return log
 
 
 def draining_server(config: Any, scheduler: Any, grace_s: float) -> Any:

@@ -127,7 +127,6 @@ from desched.service.store import (
     cancel_write,
     complete_write,
     config_write,
-    db_errors,
     dead_letter_write,
     extend_write,
     insert_write,
@@ -265,7 +264,8 @@ class Scheduler:
     def _idle(self) -> None:
         """Called by the writer thread, on its own connection, every ``standby_poll_s`` it
         has nothing to write: a standby tries the writer lock and takes over when it gets it;
-        an active service checks that its session (and so its lock) is still there."""
+        an active service checks that its session (and so its lock) is still there. A database
+        that cannot be reached raises (the writer says so once per outage)."""
         store = self.write_store
         if store.dialect is Dialect.SQLITE:
             return
@@ -280,21 +280,21 @@ class Scheduler:
             with self.lock:
                 self._demote(exc)
             return
-        except db_errors() as exc:  # the next call reconnects
-            logger.warning("writer session check failed: %s", exc)
-            return
         with self.lock:
             self._activate()
             self.counters.takeovers += 1
         logger.warning("took over: this service holds the writer lock and serves")
 
     def _require_active(self) -> None:
-        """``Standby`` (503, Retry-After) unless this process serves."""
+        """``Standby`` (503, Retry-After) unless this process serves; ``Unavailable`` while
+        memory waits for a rebuild (``_stale``): memory half reset answers nothing."""
         if not self.active:
             raise Standby(
                 "this desched service stands by (another one holds the database's writer "
                 "lock); retry, here or at another address"
             )
+        if self._stale:
+            raise Unavailable("reloading state from the database after a failed commit; retry")
 
     def drain(self, timeout_s: float = 30.0) -> None:
         """Save the policy's state, then accept no more writes: what is queued commits, and
@@ -333,8 +333,9 @@ class Scheduler:
 
     def _rebuild(self, spec: PolicySpec) -> None:
         """Memory from the database: every queued and leased task, then the policy's index
-        and its saved state."""
+        and its saved state; ``_stale`` (503s, the housekeeper retries) until it completes."""
         self._reset()
+        self._stale = True
         with self.read_lock:
             self.clock.raise_floor(self.store.latest_time())
             self.next_seq = self.store.max_seq() + 1
@@ -348,6 +349,7 @@ class Scheduler:
             saved = self.store.saved_policy_state()
         if self.host.restore(saved, self.clock()):
             self.counters.policy_state_restores += 1
+        self._stale = False
 
     def _recover(self, exc: BaseException) -> None:
         """A batch failed to commit: fail what is queued behind it and rebuild from the
@@ -398,7 +400,7 @@ class Scheduler:
         when nothing was written. What changed after the last save is lost at a crash,
         which only shifts counters by that much service."""
         with self.lock:
-            if not self.active:
+            if not self.active or self._stale:
                 return None
             write = self.host.state_write(self.clock(), force)
             return None if write is None else self.writer.add([write])
@@ -414,7 +416,7 @@ class Scheduler:
         with self.read_lock:
             config = self.store.recorded_policy()
         with self.lock:
-            if not self.active or config is None or not self.host.is_new(config):
+            if not self.active or self._stale or config is None or not self.host.is_new(config):
                 return False
             if not self.host.switch(config, self.tasks, self.queued, self.clock()):
                 return False

@@ -27,7 +27,10 @@ Invariants:
   the same Idempotency-Key converges" case.
 - Nothing is written through a connection that does not hold the writer lock (``Standby``).
   Every ``idle_s`` without writes the thread calls ``on_idle`` (the scheduler's standby
-  poll and session check), which may use ``store``: the thread owns the connection.
+  poll and session check), which may use ``store``: the thread owns the connection. An
+  ``on_idle`` that cannot reach the database (``Unavailable``, a driver error) is logged
+  once when that starts and once when a round or a commit gets through (``Outage``), not
+  every round.
 
 One transaction per batch instead of per request amortises the round trip and the WAL flush
 that a single writer cannot overlap: requests that arrive while one batch commits share the
@@ -45,7 +48,7 @@ from concurrent.futures import Future, InvalidStateError
 
 from desched.service.disagreements import find_stale
 from desched.service.errors import StaleWrite, Standby, Unavailable
-from desched.service.store import Store, Write
+from desched.service.store import Store, Write, db_errors
 
 logger = logging.getLogger("desched.service")
 
@@ -86,6 +89,30 @@ def shutting_down(detail: str) -> Unavailable:
     return exc
 
 
+class Outage:
+    """Says when ``what`` stops answering and when it answers again: one warning each, not
+    one per failed try (a database server's restart is not an error of the service).
+    Used by one thread."""
+
+    def __init__(self, what: str, retry_s: float) -> None:
+        self.what = what
+        self.retry_s = retry_s
+        self.since: float | None = None
+        """When the outage going on began (monotonic seconds); None while it answers."""
+
+    def lost(self, exc: BaseException) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+            text = str(exc).strip()
+            why = text.splitlines()[0] if text else type(exc).__name__
+            logger.warning("%s is lost, retrying every %.2f s: %s", self.what, self.retry_s, why)
+
+    def over(self) -> None:
+        if self.since is not None:
+            logger.warning("%s is back after %.1f s", self.what, time.monotonic() - self.since)
+            self.since = None
+
+
 class Writer(threading.Thread):
     """Group commit over ``store`` (a connection of its own); see the module docstring."""
 
@@ -112,6 +139,8 @@ class Writer(threading.Thread):
         self.stopping = False
         self.batches = 0
         self._stop_deadline: float | None = None
+        self.outage = Outage("the writer's database session", idle_s)
+        self.unreachable: tuple[type[Exception], ...] = (Unavailable, *db_errors())
 
     def add(self, writes: Sequence[Write], after: Callable[[], None] | None = None) -> Pending:
         """Queue ``writes`` (possibly none: a barrier) for the next batch; ``after`` runs in
@@ -196,8 +225,12 @@ class Writer(threading.Thread):
                 assert self.on_idle is not None
                 try:
                     self.on_idle()
+                except self.unreachable as exc:  # the next round reconnects
+                    self.outage.lost(exc)
                 except Exception:  # the next round tries again
                     logger.exception("writer idle round failed")
+                else:
+                    self.outage.over()
                 continue
             try:
                 self.commit(writes)
@@ -209,6 +242,8 @@ class Writer(threading.Thread):
                 self._settle_batch(waiters, exc)
                 continue
             self.batches += 1
+            if writes:  # it reached the database
+                self.outage.over()
             if afters:
                 self._run_afters(afters)
             self._settle_batch(waiters, None)
