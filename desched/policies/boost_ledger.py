@@ -72,14 +72,20 @@ mechanism, which walks ``pop_sequence``: here the default, pops on a copy). The 
 State (``clock`` and ``service``): ``boost-lanes``' plus per tenant its ledger, the start
 and number of its backlog period, and each running overtaker's label and the tenants it was
 charged to. Cost: ``boost-lanes``' plus O(B) per dispatch and per decision (B the backlogged
-tenants), O(charged tenants) per completion, O(log n) per push (a heap per tenant).
+tenants), O(charged tenants) per completion, O(log n) per push (a heap per tenant). The fast
+class does the O(B) scans as array operations over the T tenants seen (``BoostLedger``);
+the kernel (``desched.kernels.source_ledger``) as loops over the backlogged ones.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Collection, Iterator
 from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
 
 from desched.policies.base import Policy, PolicyParams
 from desched.policies.boost_lanes import BoostLanes, BoostLanesNaive
@@ -89,7 +95,21 @@ from desched.trace import TaskTable
 
 class BoostLedger(BoostLanes):
     """``boost-lanes`` with the per-tenant overtaking ledger and its guard (module docstring):
-    the oldest task of the owed tenants goes first."""
+    the oldest task of the owed tenants goes first.
+
+    The per-tenant state lives in arrays by tenant code (grown as the live service adds
+    tenants): the ledger, the start and number of the backlog period, whether the tenant is
+    backlogged and its oldest queued task (kept exact at every push and departure from a heap
+    per tenant), so that the owed tenants and the overtaken ones are found by a few array
+    operations over all tenants, not a Python loop over the backlogged ones. Each element is
+    the rule's own float operation (IEEE ``+ - * /`` and comparisons, the same bits as
+    Python's), so the decisions are those of the loop, bit for bit (the naive twin, the
+    kernel and the golden recordings check it). A tenant that is not backlogged has ledger 0,
+    period 0 (the numbers start at 1) and an infinite oldest submit time here, so the owed
+    test, the overtaken test (but for an infinite submit time) and the completion's period
+    test need no backlog mask. Cost per decision: boost-lanes' plus about fifteen array
+    operations over the T tenants seen (O(T), microseconds up to thousands of tenants), the
+    charged tenants' codes kept per running overtaker, and O(log n) per push and departure."""
 
     name = "boost-ledger"
     summary = ("boost-lanes; a tenant whose tasks were overtaken for half its backlogged "
@@ -101,11 +121,28 @@ class BoostLedger(BoostLanes):
         super().__init__(tasks, params)
         self.by_tenant: dict[int, list[tuple[float, int]]] = {}
         self.count: dict[int, int] = {}
-        self.ledger: dict[int, float] = {}
-        self.since: dict[int, float] = {}
-        self.period: dict[int, int] = {}
+        size = max(len(tasks.tenant_names), 1)
+        self.ledger = np.zeros(size)
+        self.since = np.zeros(size)
+        self.period = np.zeros(size, dtype=np.int64)
+        self.backlogged = np.zeros(size, dtype=bool)
+        self.oldest_submit = np.full(size, math.inf)
+        self.oldest_task = np.zeros(size, dtype=np.int64)
         self.periods = 0
-        self.charged: dict[int, tuple[float, list[tuple[int, int]]]] = {}
+        self.charged: dict[int, tuple[float, npt.NDArray[np.int64], npt.NDArray[np.int64]]] = {}
+
+    def _fit(self, k: int) -> None:
+        """Grow the tenant arrays to hold code ``k``."""
+        size = len(self.ledger)
+        if k < size:
+            return
+        grow = max(2 * size, k + 1) - size
+        self.ledger = np.concatenate([self.ledger, np.zeros(grow)])
+        self.since = np.concatenate([self.since, np.zeros(grow)])
+        self.period = np.concatenate([self.period, np.zeros(grow, dtype=np.int64)])
+        self.backlogged = np.concatenate([self.backlogged, np.zeros(grow, dtype=bool)])
+        self.oldest_submit = np.concatenate([self.oldest_submit, np.full(grow, math.inf)])
+        self.oldest_task = np.concatenate([self.oldest_task, np.zeros(grow, dtype=np.int64)])
 
     def size(self, i: int) -> float:
         c, theta = self.estimator.label(i)
@@ -121,33 +158,48 @@ class BoostLedger(BoostLanes):
         super().push(i, now)
         self.charged.pop(i, None)
         k = self.tasks.tenant[i]
+        s = self.tasks.submit_s[i]
         if self.count.get(k, 0) == 0:
+            self._fit(k)
             self.count[k] = 0
             self.ledger[k] = 0.0
             self.since[k] = now
             self.periods += 1
             self.period[k] = self.periods
+            self.backlogged[k] = True
             self.by_tenant[k] = []
+            self.oldest_submit[k], self.oldest_task[k] = s, i
+        else:
+            old = float(self.oldest_submit[k])
+            if s < old or (s == old and i < self.oldest_task[k]):
+                self.oldest_submit[k], self.oldest_task[k] = s, i
         self.count[k] += 1
-        heapq.heappush(self.by_tenant[k], (self.tasks.submit_s[i], i))
+        heapq.heappush(self.by_tenant[k], (s, i))
 
-    def _left(self, k: int) -> None:
+    def _left(self, k: int, i: int) -> None:
+        """Task ``i`` of tenant ``k`` left the queue (dispatched or removed)."""
         self.count[k] -= 1
-        if self.count[k] == 0:
-            del self.count[k], self.ledger[k], self.since[k], self.period[k]
-            del self.by_tenant[k]
+        if self.count[k] == 0:  # the period ends: ledger 0, period 0 (numbers start at 1)
+            del self.count[k], self.by_tenant[k]
+            self.backlogged[k] = False
+            self.ledger[k] = 0.0
+            self.period[k] = 0
+            self.oldest_submit[k] = math.inf
+        elif self.oldest_task[k] == i:
+            o = self.oldest_of(k)
+            self.oldest_submit[k], self.oldest_task[k] = self.tasks.submit_s[o], o
 
     def owed(self, now: float) -> int | None:
         """The oldest of the owed tenants' oldest queued tasks, or None."""
         w = self.workers()
-        best: tuple[float, int] | None = None
-        for k, ledger in self.ledger.items():
-            if ledger > 0 and ledger / w >= self.ALPHA * (now - self.since[k]):
-                j = self.oldest_of(k)
-                key = (self.tasks.submit_s[j], j)
-                if best is None or key < best:
-                    best = key
-        return None if best is None else best[1]
+        ledger = self.ledger
+        ks = ((ledger > 0) & (ledger / w >= self.ALPHA * (now - self.since))).nonzero()[0]
+        if ks.size == 0:
+            return None
+        if ks.size > 1:
+            submit = self.oldest_submit[ks]
+            ks = ks[submit == submit.min()]
+        return int(self.oldest_task[ks].min())
 
     def pop(self, now: float) -> int:
         first = self.oldest()
@@ -161,31 +213,31 @@ class BoostLedger(BoostLanes):
         super()._dispatch(i, first, now)
         t = self.tasks
         j = t.tenant[i]
-        self._left(j)
-        mine = (t.submit_s[i], i)
+        self._left(j, i)
+        s = t.submit_s[i]
         label = self.size(i)
-        charged = []
-        for k in self.ledger:
-            if k != j:
-                o = self.oldest_of(k)
-                if (t.submit_s[o], o) < mine:
-                    self.ledger[k] += label
-                    charged.append((k, self.period[k]))
-        if charged:
-            self.charged[i] = (label, charged)
+        oldest = self.oldest_submit
+        older = (oldest < s) | ((oldest == s) & (self.oldest_task < i))
+        if s == math.inf:  # a tenant without a queued task has oldest_submit inf
+            older &= self.backlogged
+        older[j] = False
+        ks = older.nonzero()[0]
+        if ks.size:
+            self.ledger[ks] += label
+            self.charged[i] = (label, ks, self.period[ks])
 
     def remove(self, i: int, now: float) -> None:
         super().remove(i, now)
-        self._left(self.tasks.tenant[i])
+        self._left(self.tasks.tenant[i], i)
 
     def complete(self, i: int, now: float, duration_s: float) -> None:
         super().complete(i, now, duration_s)
         record = self.charged.pop(i, None)
         if record is not None:
-            label, charged = record
-            for k, p in charged:
-                if self.period.get(k) == p:
-                    self.ledger[k] += duration_s - label
+            label, ks, periods = record
+            ks = ks[self.period[ks] == periods]
+            if ks.size:
+                self.ledger[ks] += duration_s - label
 
     # caps: the default walk (pops on a deep copy), not boost-lanes' lane-only walk
     def pop_sequence(self, now: float, skip: Collection[int] = ()) -> Iterator[int]:
@@ -195,13 +247,15 @@ class BoostLedger(BoostLanes):
         state = super().state()
         assert state is not None
         names, ids = self.tasks.tenant_names, self.tasks.task_id
+        backlogged = sorted(np.flatnonzero(self.backlogged).tolist(), key=names.__getitem__)
         return {**state, "ledger": {
             "periods": self.periods,
-            "tenants": {names[k]: [self.ledger[k], self.since[k], self.period[k]]
-                        for k in sorted(self.ledger, key=names.__getitem__)},
-            "charged": {ids[i]: [label, [[names[k], p] for k, p in charged]]
-                        for i, (label, charged) in sorted(self.charged.items(),
-                                                          key=lambda x: ids[x[0]])},
+            "tenants": {names[k]: [float(self.ledger[k]), float(self.since[k]),
+                                   int(self.period[k])] for k in backlogged},
+            "charged": {ids[i]: [label, sorted([names[k], p] for k, p
+                                               in zip(ks.tolist(), ps.tolist(), strict=True))]
+                        for i, (label, ks, ps) in sorted(self.charged.items(),
+                                                         key=lambda x: ids[x[0]])},
         }}
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -211,13 +265,17 @@ class BoostLedger(BoostLanes):
         t = self.tasks
         for name, (ledger, since, period) in saved.get("tenants", {}).items():
             k = t.tenant_code(name)
-            if k in self.ledger:
+            if k < len(self.ledger) and self.backlogged[k]:
                 self.ledger[k], self.since[k], self.period[k] = ledger, since, period
         where = {tid: i for i, tid in enumerate(t.task_id)}
-        self.charged = {where[tid]: (float(label), [(t.tenant_code(n), int(p)) for n, p in ch])
-                        for tid, (label, ch) in saved.get("charged", {}).items()
-                        if tid in where}
-
+        self.charged = {}
+        for tid, (label, charged) in saved.get("charged", {}).items():
+            if tid in where:
+                ks = np.array([t.tenant_code(n) for n, _ in charged], dtype=np.int64)
+                ps = np.array([int(p) for _, p in charged], dtype=np.int64)
+                if ks.size:
+                    self._fit(int(ks.max()))
+                self.charged[where[tid]] = (float(label), ks, ps)
 
 
 # -- the naive twin: the ledger written again from the module docstring on boost-lanes' naive
