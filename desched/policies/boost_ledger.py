@@ -215,7 +215,6 @@ class BoostLedger(BoostLanes):
         j = t.tenant[i]
         self._left(j, i)
         s = t.submit_s[i]
-        label = self.size(i)
         oldest = self.oldest_submit
         older = (oldest < s) | ((oldest == s) & (self.oldest_task < i))
         if s == math.inf:  # a tenant without a queued task has oldest_submit inf
@@ -223,6 +222,7 @@ class BoostLedger(BoostLanes):
         older[j] = False
         ks = older.nonzero()[0]
         if ks.size:
+            label = self.size(i)
             self.ledger[ks] += label
             self.charged[i] = (label, ks, self.period[ks])
 
