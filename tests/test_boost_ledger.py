@@ -184,3 +184,44 @@ def test_the_service_keeps_the_ledger_across_a_restart(tmp_path: Path) -> None:
         assert poll(second, "w").task.task_id == expected
     finally:
         second.stop()
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(tasks=workloads(), cut=st.integers(0, 20), workers=st.integers(0, 3))
+def test_the_pop_sequence_of_the_light_copy_is_the_sequence_of_pops_of_a_deep_copy(
+    tasks: TaskTable, cut: int, workers: int
+) -> None:
+    """``pop_sequence`` pops a copy whose containers are copied and entries shared: the
+    same tasks as the pops of a deep copy, and the policy is left as it was."""
+    order = sorted(range(len(tasks.task_id)), key=tasks.submit_s.__getitem__)
+    policy = BoostLedger(tasks, BoostParams(workers=workers))
+    for k, i in enumerate(order):
+        policy.push(i, tasks.submit_s[i])
+        if k < cut and k % 3 == 2:
+            j = policy.pop(tasks.submit_s[i])
+            if k % 2:
+                policy.complete(j, tasks.submit_s[i] + 0.5, tasks.duration_s[j])
+    now = tasks.submit_s[order[-1]] + 1.0
+    state = policy.state()
+    walked = list(policy.pop_sequence(now))
+    assert walked == list(Policy.pop_sequence(policy, now)) and len(walked) == len(policy)
+    assert policy.state() == state
+
+
+def test_pop_fitting_takes_the_next_pop_where_it_fits_and_walks_a_copy_where_not() -> None:
+    tasks = make_tasks(*(T("abc"[k % 3], float(k // 4), 1.0, predicted_s=1.0 + (7 * k) % 5)
+                         for k in range(24)))
+    policy, twin = BoostLedger(tasks), BoostLedger(tasks)
+    for p in (policy, twin):
+        for i in range(24):
+            p.push(i, tasks.submit_s[i])
+    sequence = list(twin.pop_sequence(6.0))
+    assert policy.pop_fitting(6.0, lambda i: True) == (sequence[0], 0)
+    assert twin.pop(6.0) == sequence[0] and policy.state() == twin.state()
+    sequence = sequence[1:]
+    refuse = set(sequence[:2])
+    assert policy.pop_fitting(6.0, lambda i: i not in refuse, 1) == (None, 1)
+    assert policy.state() == twin.state()
+    assert policy.pop_fitting(6.0, lambda i: i not in refuse) == (sequence[2], 2)
+    twin.take(sequence[2], 6.0)
+    assert policy.state() == twin.state()

@@ -79,6 +79,7 @@ the kernel (``desched.kernels.source_ledger``) as loops over the backlogged ones
 
 from __future__ import annotations
 
+import copy
 import heapq
 import math
 from collections.abc import Collection, Iterator
@@ -87,10 +88,14 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from desched.policies.base import Policy, PolicyParams
+from desched.policies.base import Fits, Policy, PolicyParams
 from desched.policies.boost_lanes import BoostLanes, BoostLanesNaive
 from desched.policies.boost_predicted import naive_label
 from desched.trace import TaskTable
+
+_ESTIMATOR = frozenset({"dispatches", "gamma", "labels", "mean_size", "params", "running",
+                        "tasks", "workers_seen"})
+"""The estimator's attributes that ``BoostLedger._trial`` copies or shares."""
 
 
 class BoostLedger(BoostLanes):
@@ -201,13 +206,33 @@ class BoostLedger(BoostLanes):
             ks = ks[submit == submit.min()]
         return int(self.oldest_task[ks].min())
 
-    def pop(self, now: float) -> int:
-        first = self.oldest()
+    def _choice(self, now: float, first: int) -> int:
+        """The next pop's task (``first``: the oldest queued task); moves nothing."""
         i = self.owed(now)
         if i is None:
             i = first if self.lane_open() else self._winner(now)
+        return i
+
+    def pop(self, now: float) -> int:
+        first = self.oldest()
+        i = self._choice(now, first)
         self._dispatch(i, first, now)
         return i
+
+    def pop_fitting(self, now: float, fits: Fits, limit: int | None = None
+                    ) -> tuple[int | None, int]:
+        """The first task of ``pop_sequence`` that fits, taken: the next pop's task where it
+        fits (no copy), else the walk of a copy (``pop_sequence``)."""
+        if len(self) == 0:
+            return None, 0
+        first = self.oldest()
+        i = self._choice(now, first)
+        if fits(i):
+            self._dispatch(i, first, now)
+            return i, 0
+        if limit is not None and limit <= 1:
+            return None, 1
+        return self.pop_fitting_by_walk(now, fits, limit)
 
     def _dispatch(self, i: int, first: int, now: float) -> None:
         super()._dispatch(i, first, now)
@@ -239,9 +264,42 @@ class BoostLedger(BoostLanes):
             if ks.size:
                 self.ledger[ks] += duration_s - label
 
-    # caps: the default walk (pops on a deep copy), not boost-lanes' lane-only walk
+    _COPIED = frozenset({
+        "backlogged", "by_arrival", "by_due", "by_key", "by_tenant", "charged", "count", "dead",
+        "estimator", "keys", "ledger", "oldest_submit", "oldest_task", "overtakers", "params",
+        "parts", "period", "periods", "score", "since", "tasks"})
+    """The attributes ``_trial`` knows how to copy; another one means a deep copy instead."""
+
+    def _trial(self) -> BoostLedger:
+        """A copy whose pops leave this policy untouched: every container copied, their
+        entries (tuples, floats, ints, the charged tenants' arrays, never changed in place)
+        shared, so O(n) at the speed of ``dict.copy`` and ``list.copy``, not ``deepcopy``'s."""
+        trial = copy.copy(self)
+        est = trial.estimator = copy.copy(self.estimator)
+        est.labels = self.estimator.labels.copy()
+        est.running = set(self.estimator.running)
+        trial.keys = dict(self.keys)
+        trial.by_key, trial.by_due = list(self.by_key), list(self.by_due)
+        trial.by_arrival, trial.overtakers = list(self.by_arrival), set(self.overtakers)
+        trial.by_tenant = {k: list(heap) for k, heap in self.by_tenant.items()}
+        trial.count, trial.charged = dict(self.count), dict(self.charged)
+        for name in ("ledger", "since", "period", "backlogged", "oldest_submit", "oldest_task"):
+            setattr(trial, name, getattr(self, name).copy())
+        return trial
+
     def pop_sequence(self, now: float, skip: Collection[int] = ()) -> Iterator[int]:
-        return Policy.pop_sequence(self, now, skip)
+        """Successive pops of a copy (``_trial``; the default deep copy where this class has
+        attributes ``_trial`` does not know), not ``boost-lanes``' lazy walk: the ledger's
+        charges and the owed tenants move with every pop."""
+        if set(vars(self)) != self._COPIED or set(vars(self.estimator)) != _ESTIMATOR:
+            yield from Policy.pop_sequence(self, now, skip)
+            return
+        trial = self._trial()
+        tenant = self.tasks.tenant
+        while len(trial) > 0:
+            i = trial.pop(now)
+            if not skip or tenant[i] not in skip:
+                yield i
 
     def state(self) -> dict[str, Any] | None:
         state = super().state()
