@@ -127,7 +127,7 @@ def test_the_ifs_kernels_visit_by_backlog_group_decides_as_the_python_loop(
     assert_identical(kernel, python)
 
 
-BOOST_KERNELS = ("boost-predicted", "fair-boost", "boost-lanes")
+BOOST_KERNELS = ("boost-predicted", "fair-boost", "boost-lanes", "boost-ledger")
 _p50 = st.one_of(st.just(math.nan), st.just(0.0), st.just(math.inf), _sizes)
 _p90 = st.one_of(st.just(math.nan), st.just(math.inf),
                  st.tuples(_sizes, st.sampled_from([0.5, 1.0, 2.0, 4.0, 8.0])).map(
@@ -180,6 +180,39 @@ def test_the_boost_kernels_decide_bit_identically_under_quantiles_and_small_wind
     python = simulate(table, make_policy(name, table, params), workers, engine="python")
     assert kernel.engine == f"kernel:{name}"
     assert_identical(kernel, python)
+
+
+@settings(max_examples=200, deadline=None)
+@given(table=st.one_of(quantile_traces(), crowded_traces()), workers=st.integers(1, 4),
+       params=_boost_params)
+def test_the_ledger_kernel_decides_bit_identically_with_many_tenants_owed_and_overtaken(
+    table: TaskTable, workers: int, params: dict[str, str]
+) -> None:
+    """boost-ledger's two scans of the backlogged tenants (owed, then overtaken), its
+    backlog periods and the completion records' corrections of under- and over-estimated
+    overtakers, with up to 40 tenants at a few instants: the Python loop's bits."""
+    kernel = simulate(table, make_policy("boost-ledger", table, params), workers,
+                      engine="kernel")
+    python = simulate(table, make_policy("boost-ledger", table, params), workers,
+                      engine="python")
+    assert kernel.engine == "kernel:boost-ledger"
+    assert_identical(kernel, python)
+
+
+def test_the_ledger_kernel_takes_alpha_from_the_policy_and_its_guard_changes_decisions(
+) -> None:
+    from desched.kernels import KERNELS
+    from desched.policies.boost_ledger import BoostLedger
+    from desched.workloads import generate
+    from tests.test_duration_withheld import with_quantiles
+
+    assert KERNELS["boost-ledger"].prm(BoostLedger.Params())[5] == BoostLedger.ALPHA == 0.5
+    frame = generate("flood", tasks=1500, tenants=12, workers=4, seed=5, predicted_noise=0.5)
+    table = TaskTable.from_frame(with_quantiles(frame, 5))
+    ledger, python = both_engines(table, "boost-ledger", 4)
+    assert_identical(ledger, python)
+    lanes = simulate(table, make_policy("boost-lanes", table), 4, engine="kernel")
+    assert lanes.decisions.task.tobytes() != ledger.decisions.task.tobytes()
 
 
 @settings(max_examples=300, deadline=None)

@@ -23,7 +23,10 @@ backlogged tenants (the policy objects keep a heap, O(log K)), cheap for the tho
 tenants of the scenarios; hrrn-predicted the kinetic tournament's amortised O(log^2 n);
 boost-predicted O(log n) amortised (two heaps, entries of started tasks dropped at the
 tops), boost-lanes the same plus O(1) amortised for the oldest queued task (a pointer over
-the arrival order, ``desched.kernels.source_lanes``) and fair-boost vtc's scan plus O(log m) in the tenant, both plus the γ estimate's
+the arrival order, ``desched.kernels.source_lanes``), boost-ledger boost-lanes' plus two
+scans of the B backlogged tenants (the owed ones, then the overtaken ones: a pointer per
+tenant at its oldest queued task, ``desched.kernels.source_ledger``) and O(charged tenants)
+per completion, and fair-boost vtc's scan plus O(log m) in the tenant, both plus the γ estimate's
 O(window x 40) every ``window`` dispatches (and at the 2nd, 4th, 8th, ...), which computes
 ``desched.structures.exp2.expd`` (compiled from the policy objects' own source) and sums
 exactly as ``math.fsum`` does (``desched.kernels.source_boost``), so that γ has the policy
@@ -51,7 +54,7 @@ from desched.structures import exp2
 
 SOURCE = Path(__file__).with_name("source.py")
 SOURCES = (SOURCE, *(Path(__file__).with_name(f"source_{part}.py")
-                     for part in ("predicted", "boost", "lanes")))
+                     for part in ("predicted", "boost", "lanes", "ledger")))
 """The kernel source files, compiled as one module (their imports are left out)."""
 SHARED = (Path(exp2.__file__), ("series", "pow2", "exp2d", "expd"))
 """A module whose functions named here (with its constants) are compiled with the kernels:
@@ -65,11 +68,14 @@ ENGINE_PYTHON = "python"
 class KernelSpec:
     """How one policy runs as a kernel: its functions' prefix in ``source.py``, its
     parameters as the ``prm`` array, the sizes of its state arrays (by the task count ``n``,
-    the tenant count ``nt`` and the parameters; unlisted arrays get one element)."""
+    the tenant count ``nt`` and the parameters; unlisted arrays get one element) and, where
+    some depend on the worker count too, ``by_workers`` (by ``n``, ``nt`` and the workers:
+    those sizes replace ``sizes``')."""
 
     prefix: str
     prm: Callable[[Any], list[float]]
     sizes: Callable[[int, int, Any], dict[str, int]]
+    by_workers: Callable[[int, int, int], dict[str, int]] | None = None
 
 
 def _ifs_prm(counter: bool) -> Callable[[Any], list[float]]:
@@ -127,6 +133,13 @@ def _lanes_sizes(n: int, nt: int, p: Any) -> dict[str, int]:
     return {**_boost_sizes(n, nt, p), "ib": n}
 
 
+def _ledger_sizes(n: int, nt: int, workers: int) -> dict[str, int]:
+    """``boost-ledger``'s tenants (``id_``, ``fg``) and one charge slot per worker (``ie``,
+    ``ig``, ``ih``, ``fg``): ``desched.kernels.source_ledger``."""
+    return {"id_": 5 * nt, "fg": 2 * nt + workers, "ie": n + 2 * workers, "ig": workers * nt,
+            "ih": workers * nt}
+
+
 def _fboost_sizes(n: int, nt: int, p: Any) -> dict[str, int]:
     return {**_vtc_sizes(n, nt), **_estimator_sizes(n, p)}
 
@@ -134,6 +147,12 @@ def _fboost_sizes(n: int, nt: int, p: Any) -> dict[str, int]:
 def _boost_prm(p: Any) -> list[float]:
     return [float(p.window), float(p.workers), p.max_load, p.scale,
             getattr(p, "sympathy", 0.0)]
+
+
+def _ledger_prm(p: Any) -> list[float]:
+    from desched.policies.boost_ledger import BoostLedger
+
+    return [*_boost_prm(p), BoostLedger.ALPHA]
 
 
 KERNELS: dict[str, KernelSpec] = {
@@ -151,6 +170,7 @@ KERNELS: dict[str, KernelSpec] = {
     "boost-predicted": KernelSpec("boost", _boost_prm, _boost_sizes),
     "fair-boost": KernelSpec("fboost", _boost_prm, _fboost_sizes),
     "boost-lanes": KernelSpec("lanes", _boost_prm, _lanes_sizes),
+    "boost-ledger": KernelSpec("ledger", _ledger_prm, _lanes_sizes, _ledger_sizes),
 }
 """Policy name -> its kernel. Only the registered fast class of that name runs here."""
 
@@ -299,6 +319,8 @@ def run(
     sc = np.zeros(16, dtype=np.int64)
     sg = np.zeros(16, dtype=np.float64)
     sizes = spec.sizes(n, nt, params)
+    if spec.by_workers is not None:
+        sizes.update(spec.by_workers(n, nt, workers))
     state = [np.zeros(max(1, sizes.get(a, 1)), dtype=np.int64 if a[0] == "i" else np.float64)
              for a in STATE_ARRAYS]
     arrays = [arrival, arrival_t, submit, duration, predicted, p50, p90, tenant, weight, ttask,

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from desched.errors import DeschedError
 from desched.policies.base import Policy, PolicyParams
 from desched.policies.boost_lanes import BoostLanes
+from desched.policies.boost_ledger import BoostLedger
 from desched.policies.boost_predicted import BoostPredicted
 from desched.policies.fair_boost import FairBoost
 from desched.policies.fair_sjf import FairSjf
@@ -55,6 +56,7 @@ REGISTRY: dict[str, type[Policy]] = {
         BoostPredicted,
         FairBoost,
         BoostLanes,
+        BoostLedger,
     )
 }
 
