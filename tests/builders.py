@@ -79,6 +79,32 @@ def decision_sequence(tasks: TaskTable, name: str, workers: int, naive: bool) ->
     return list(zip(d.t, d.worker, d.task, d.score, *d.parts))
 
 
+def assert_state_round_trips(fast_cls: type, naive_cls: type, tasks: TaskTable, cut: int,
+                             complete_every: int = 2) -> None:
+    """The saved-state contract of a fast class and its naive twin: after the same arrivals,
+    ``cut`` pops and the completion of every ``complete_every``-th popped task, both save the
+    same state, and a fresh copy given the queued tasks and that state saves it again."""
+    order = sorted(range(len(tasks.task_id)), key=tasks.submit_s.__getitem__)
+    fast, naive = fast_cls(tasks), naive_cls(tasks)
+    for policy in (fast, naive):
+        for i in order:
+            policy.push(i, tasks.submit_s[i])
+        for k in range(min(cut, len(order))):
+            now = tasks.submit_s[order[-1]]
+            j = policy.pop(now)
+            if k % complete_every == complete_every - 1:
+                policy.complete(j, now + 1.0, tasks.duration_s[j])
+    state = fast.state()
+    assert state == naive.state()
+    assert state is not None
+    again = fast_cls(tasks)
+    for i in order:
+        if i in fast.keys:
+            again.push(i, tasks.submit_s[i])
+    again.restore(state)
+    assert again.state() == state
+
+
 FULL_EXAMPLES = os.environ.get("DESCHED_CONTRACT_EXAMPLES") == "full"
 """``make test`` sets ``DESCHED_CONTRACT_EXAMPLES=full``: the registry's contract suite then
 draws its full number of Hypothesis examples; the inner loop (``make test-fast``) draws a

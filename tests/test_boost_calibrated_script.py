@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from desched.simulator import simulate
 from desched.trace import TaskTable
 from scripts.boost_calibrated import BoostCalibrated, BoostCalibratedNaive
-from tests.builders import examples, workloads
+from tests.builders import assert_state_round_trips, examples, workloads
 
 
 def _decisions(tasks: TaskTable, naive: bool, workers: int) -> list[tuple[float, ...]]:
@@ -31,21 +31,4 @@ def test_the_fast_class_gives_the_same_decisions_as_its_naive_twin(
 def test_both_save_the_same_state_and_a_restored_copy_saves_it_again(
     tasks: TaskTable, cut: int
 ) -> None:
-    order = sorted(range(len(tasks.task_id)), key=tasks.submit_s.__getitem__)
-    fast, naive = BoostCalibrated(tasks), BoostCalibratedNaive(tasks)
-    for policy in (fast, naive):  # the same arrivals, pops and completions for both
-        for i in order:
-            policy.push(i, tasks.submit_s[i])
-        for _ in range(min(cut, len(order))):
-            now = tasks.submit_s[order[-1]]
-            j = policy.pop(now)
-            policy.complete(j, now + 1.0, tasks.duration_s[j])
-    state = fast.state()
-    assert state == naive.state()
-    assert state is not None
-    again = BoostCalibrated(tasks)
-    for i in order:
-        if i in fast.keys:
-            again.push(i, tasks.submit_s[i])
-    again.restore(state)
-    assert again.state() == state
+    assert_state_round_trips(BoostCalibrated, BoostCalibratedNaive, tasks, cut, complete_every=1)

@@ -19,7 +19,7 @@ from desched.service.records import NewTask
 from desched.service.writer import wait
 from desched.simulator import simulate
 from desched.trace import TaskTable
-from tests.builders import T, examples, make_tasks, workloads
+from tests.builders import T, assert_state_round_trips, examples, make_tasks, workloads
 from tests.test_service_scheduler import FakeTime, FixedPredictor, make_scheduler, poll
 
 
@@ -44,25 +44,7 @@ def test_the_fast_class_gives_the_same_decisions_as_its_naive_twin(
 def test_both_save_the_same_state_and_a_restored_copy_saves_it_again(
     tasks: TaskTable, cut: int
 ) -> None:
-    order = sorted(range(len(tasks.task_id)), key=tasks.submit_s.__getitem__)
-    fast, naive = BoostLanes(tasks), BoostLanesNaive(tasks)
-    for policy in (fast, naive):  # the same arrivals and pops, half of them completed
-        for i in order:
-            policy.push(i, tasks.submit_s[i])
-        for k in range(min(cut, len(order))):
-            now = tasks.submit_s[order[-1]]
-            j = policy.pop(now)
-            if k % 2:
-                policy.complete(j, now + 1.0, tasks.duration_s[j])
-    state = fast.state()
-    assert state == naive.state()
-    assert state is not None
-    again = BoostLanes(tasks)
-    for i in order:
-        if i in fast.keys:
-            again.push(i, tasks.submit_s[i])
-    again.restore(state)
-    assert again.state() == state
+    assert_state_round_trips(BoostLanes, BoostLanesNaive, tasks, cut)
 
 
 class _Watched(BoostLanes):

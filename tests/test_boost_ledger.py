@@ -22,7 +22,7 @@ from desched.service.writer import wait
 from desched.simulator import simulate
 from desched.trace import TaskTable
 from desched.workloads import generate
-from tests.builders import T, examples, make_tasks, workloads
+from tests.builders import T, assert_state_round_trips, examples, make_tasks, workloads
 from tests.test_duration_withheld import poisoned, with_quantiles
 from tests.test_service_scheduler import FakeTime, FixedPredictor, make_scheduler, poll
 
@@ -63,32 +63,13 @@ def test_both_twins_decide_the_same_on_poisoned_durations_and_the_guard_acts(
 def test_both_save_the_same_state_and_a_restored_copy_saves_it_again(
     tasks: TaskTable, cut: int
 ) -> None:
-    order = sorted(range(len(tasks.task_id)), key=tasks.submit_s.__getitem__)
-    fast, naive = BoostLedger(tasks), BoostLedgerNaive(tasks)
-    for policy in (fast, naive):  # the same arrivals and pops, half of them completed
-        for i in order:
-            policy.push(i, tasks.submit_s[i])
-        for k in range(min(cut, len(order))):
-            now = tasks.submit_s[order[-1]]
-            j = policy.pop(now)
-            if k % 2:
-                policy.complete(j, now + 1.0, tasks.duration_s[j])
-    state = fast.state()
-    assert state == naive.state()
-    assert state is not None
-    again = BoostLedger(tasks)
-    for i in order:
-        if i in fast.keys:
-            again.push(i, tasks.submit_s[i])
-    again.restore(state)
-    assert again.state() == state
+    assert_state_round_trips(BoostLedger, BoostLedgerNaive, tasks, cut)
 
 
-def hand_run(cls: type[Policy], *, now: float, b0_ran: float | None) -> int:
-    """c0, c1 (tenant c) go first so that γ is estimated; then a0 (old, predicted 1000 s)
-    and b0, b1 (younger, predicted 1 s) are pushed at 3 s, b0 overtakes a0 at 3 s (a's
-    ledger: b0's label mean, 1 s; W = 4 workers), b0's completion record (its real run
-    ``b0_ran``) comes at ``now`` where given, and the pop at ``now`` is returned."""
+def staged(cls: type[Policy]) -> Policy:
+    """The hand-worked cases' start: c0 and c1 (tenant c) pushed and taken so that γ is
+    estimated, then a0 (old, predicted 1000 s), b0 and b1 (younger, predicted 1 s) pushed at
+    3 s, on 4 workers."""
     tasks = make_tasks(T("c", 0.0, 1.0, 1.0), T("c", 0.5, 1.0, 1.0), T("a", 2.0, 10.0, 1000.0),
                        T("b", 3.0, 30.0, 1.0), T("b", 3.0, 1.0, 1.0))
     policy = cls(tasks, BoostParams(workers=4))
@@ -98,6 +79,15 @@ def hand_run(cls: type[Policy], *, now: float, b0_ran: float | None) -> int:
     policy.take(1, 0.5)
     for i in (2, 3, 4):
         policy.push(i, 3.0)
+    return policy
+
+
+def hand_run(cls: type[Policy], *, now: float, b0_ran: float | None) -> int:
+    """c0, c1 (tenant c) go first so that γ is estimated; then a0 (old, predicted 1000 s)
+    and b0, b1 (younger, predicted 1 s) are pushed at 3 s, b0 overtakes a0 at 3 s (a's
+    ledger: b0's label mean, 1 s; W = 4 workers), b0's completion record (its real run
+    ``b0_ran``) comes at ``now`` where given, and the pop at ``now`` is returned."""
+    policy = staged(cls)
     policy.take(3, 3.0)
     if b0_ran is not None:
         policy.complete(3, now, b0_ran)
@@ -129,17 +119,9 @@ def test_an_overtaker_whose_lease_expires_keeps_its_charge_and_gets_no_correctio
     """b0 overtakes a0 (a's ledger 1 s), its lease expires (pushed again at 4 s, no
     completion record) and a late completion record of 30 s comes at 10 s: a's ledger stays
     1 s, so a is not owed at 10 s (0.25 < 0.5 x 7), in both twins, which save one state."""
-    tasks = make_tasks(T("c", 0.0, 1.0, 1.0), T("c", 0.5, 1.0, 1.0), T("a", 2.0, 10.0, 1000.0),
-                       T("b", 3.0, 30.0, 1.0), T("b", 3.0, 1.0, 1.0))
     states = []
     for cls in (BoostLedger, BoostLedgerNaive):
-        policy = cls(tasks, BoostParams(workers=4))
-        policy.push(0, 0.0)
-        policy.push(1, 0.5)
-        policy.take(0, 0.5)
-        policy.take(1, 0.5)
-        for i in (2, 3, 4):
-            policy.push(i, 3.0)
+        policy = staged(cls)
         policy.take(B0, 3.0)
         policy.push(B0, 4.0)  # the lease expired: b0 is queued again, its charge kept
         policy.complete(B0, 10.0, 30.0)  # a stale record: no correction
