@@ -6,7 +6,6 @@ its state across a restart."""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -20,7 +19,13 @@ from desched.service.writer import wait
 from desched.simulator import simulate
 from desched.trace import TaskTable
 from tests.builders import T, assert_state_round_trips, examples, make_tasks, workloads
-from tests.test_service_scheduler import FakeTime, FixedPredictor, make_scheduler, poll
+from tests.test_service_scheduler import (
+    FakeTime,
+    FixedPredictor,
+    assert_a_restart_resumes,
+    make_scheduler,
+    poll,
+)
 
 
 def _decisions(tasks: TaskTable, naive: bool, workers: int,
@@ -136,14 +141,4 @@ def test_the_service_keeps_the_running_overtakers_across_a_restart(tmp_path: Pat
                 wait(first.complete("w", grant.task.task_id, grant.lease_id, 1.0))
     policy = first.policy
     assert isinstance(policy, BoostLanes) and policy.overtakers
-    saved = policy.state()
-    uninterrupted = copy.deepcopy(policy, {id(policy.tasks): policy.tasks})
-    expected = first.tasks.task_id[uninterrupted.pop(now.t)]
-    first.stop()
-    second = make_scheduler(db, now, predictor=FixedPredictor(), policy="boost-lanes")
-    try:
-        assert second.counters.policy_state_restores == 1
-        assert second.policy.state() == saved
-        assert poll(second, "w").task.task_id == expected
-    finally:
-        second.stop()
+    assert_a_restart_resumes(first, db, now, "boost-lanes")

@@ -6,7 +6,6 @@ correction, in both twins; the live service keeps the ledger across a restart.""
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,13 @@ from desched.trace import TaskTable
 from desched.workloads import generate
 from tests.builders import T, assert_state_round_trips, examples, make_tasks, workloads
 from tests.test_duration_withheld import poisoned, with_quantiles
-from tests.test_service_scheduler import FakeTime, FixedPredictor, make_scheduler, poll
+from tests.test_service_scheduler import (
+    FakeTime,
+    FixedPredictor,
+    assert_a_restart_resumes,
+    make_scheduler,
+    poll,
+)
 
 
 def decisions(policy: Policy, tasks: TaskTable, workers: int) -> list[tuple[float, ...]]:
@@ -154,18 +159,7 @@ def test_the_service_keeps_the_ledger_across_a_restart(tmp_path: Path) -> None:
     policy = first.policy
     assert isinstance(policy, BoostLedger)
     assert (policy.ledger[policy.backlogged] > 0).any() and policy.charged
-    saved = policy.state()
-    uninterrupted = copy.deepcopy(policy, {id(policy.tasks): policy.tasks})
-    now.t += 5.0
-    expected = first.tasks.task_id[uninterrupted.pop(now.t)]
-    first.stop()
-    second = make_scheduler(db, now, predictor=FixedPredictor(), policy="boost-ledger")
-    try:
-        assert second.counters.policy_state_restores == 1
-        assert second.policy.state() == saved
-        assert poll(second, "w").task.task_id == expected
-    finally:
-        second.stop()
+    assert_a_restart_resumes(first, db, now, "boost-ledger", later_s=5.0)
 
 
 @settings(max_examples=examples(60), deadline=None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Iterator
@@ -86,6 +87,26 @@ def poll(sched: Scheduler, worker: str = "w") -> Any:
     grant, pending = sched.poll(worker, "slot")
     wait(pending)
     return grant
+
+
+def assert_a_restart_resumes(first: Scheduler, db: Path, now: FakeTime, policy: str,
+                             later_s: float = 0.0) -> None:
+    """Stop ``first`` (a scheduler on ``db`` running ``policy`` with a ``FixedPredictor``)
+    and start another on the same database: it takes back the policy's saved state, and its
+    next poll, ``later_s`` on, is the one the uninterrupted policy would make."""
+    running = first.policy
+    saved = running.state()
+    uninterrupted = copy.deepcopy(running, {id(running.tasks): running.tasks})
+    now.t += later_s
+    expected = first.tasks.task_id[uninterrupted.pop(now.t)]
+    first.stop()
+    second = make_scheduler(db, now, predictor=FixedPredictor(), policy=policy)
+    try:
+        assert second.counters.policy_state_restores == 1
+        assert second.policy.state() == saved
+        assert poll(second, "w").task.task_id == expected
+    finally:
+        second.stop()
 
 
 def test_a_lease_expires_exactly_after_lease_s_on_the_injected_clock(
