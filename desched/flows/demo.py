@@ -43,6 +43,7 @@ def _demo(settings: DemoSettings, quick: bool, out: str, run: str | None,
     from desched.tasks.retrain import publish_report as publish_model
     from desched.tasks.tune import (
         judge_heldout,
+        learn_judge_save,
         learn_weights,
         publish_tuning,
         save_weights,
@@ -69,6 +70,13 @@ def _demo(settings: DemoSettings, quick: bool, out: str, run: str | None,
         "workloads", "generate the scenarios and import the SWF logs",
         lambda: {s.name: t.prepare_workload(s, settings, str(dirs["traces"]))
                  for s in settings.workloads})
+    # The tuners' cells are the same for both learners. The RL learner needs nothing of the
+    # steps below either, and trains on one core (serial by design): it too runs beside them,
+    # on a process of its own, learned, judged and saved there, where its agent lives.
+    command = f"desched demo{' --quick' if quick else ''}"
+    split = split_traces(t.tune_settings(settings, specs, "optuna"), pool)
+    rl_job = pool.submit(learn_judge_save, t.tune_settings(settings, specs, "rl"), split[0],
+                         split[1], str(dirs["weights"] / "rl"), command)
     q1 = progress.run(
         "simulate", "simulate today's scorer (decision logs) and the Q1 policies",
         lambda: t.simulate_q1_all(list(workloads.values()), str(dirs["logs"]),
@@ -94,19 +102,15 @@ def _demo(settings: DemoSettings, quick: bool, out: str, run: str | None,
                            train_all)
 
     def tune_all() -> dict[str, WeightsCard]:
-        cards = {}
-        split = None
-        for learner in ("optuna", "rl"):
-            ts = t.tune_settings(settings, specs, learner)
-            split = split or split_traces(ts, pool)  # the same cells for both learners
-            learned = learn_weights(ts, split[0], pool)
-            # the RL agent's controller is a closure of this process: judged here
-            verdict = judge_heldout(ts, learned, split[1],
-                                    pool if learned.agent is None else None)
-            folder = str(dirs["weights"] / learner)
-            cards[learner] = save_weights(folder, ts, learned, split[0], split[1], verdict,
-                                          f"desched demo{' --quick' if quick else ''}")
-            publish_tuning(cards[learner], folder)
+        ts = t.tune_settings(settings, specs, "optuna")
+        learned = learn_weights(ts, split[0], pool)
+        verdict = judge_heldout(ts, learned, split[1], pool)
+        folder = str(dirs["weights"] / "optuna")
+        cards = {"optuna": save_weights(folder, ts, learned, split[0], split[1], verdict,
+                                        command)}
+        publish_tuning(cards["optuna"], folder)
+        cards["rl"] = rl_job.result()
+        publish_tuning(cards["rl"], str(dirs["weights"] / "rl"))
         return cards
 
     cards = progress.run("tune", "tune the weights (Optuna, RL) and judge them on held-out "

@@ -25,7 +25,8 @@ from desched.bench.weights import WeightsCard
 
 __all__ = [  # the tasks, and what the tune flows read of desched.bench through this module
     "Cell", "Judgement", "Learner", "LearnerResult", "Objective", "TuneSettings", "TuningRun", "WeightsCard",
-    "judge_heldout", "learn_weights", "publish_tuning", "runner_map", "save_weights",
+    "judge_heldout", "learn_judge_save", "learn_weights", "publish_tuning", "runner_map",
+    "save_weights",
     "split_traces", "tune_with_runner_map",
 ]
 
@@ -88,6 +89,18 @@ def save_weights(
     """Write the weights folder (card.json, card.md, learning-curve.png, agent.pt)."""
     card = tuning.make_card(Path(out).name, settings, learned, train, heldout, verdict, command)
     tuning.save(out, card, learned)
+    return card
+
+
+def learn_judge_save(settings: TuneSettings, train: list[Cell], heldout: list[Cell], out: str,
+                     command: str | None) -> WeightsCard:
+    """``learn_weights``, ``judge_heldout`` and ``save_weights`` in turn, in one process and
+    without task runs, for a learner whose agent lives in the process that trained it (RL,
+    serial by design): the demo runs it beside its other steps (``Pool.submit``) and
+    publishes the card it returns."""
+    learned = learn_weights.fn(settings, train)
+    verdict = judge_heldout.fn(settings, learned, heldout)
+    card: WeightsCard = save_weights.fn(out, settings, learned, train, heldout, verdict, command)
     return card
 
 
