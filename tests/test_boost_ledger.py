@@ -138,6 +138,36 @@ def test_an_overtaker_whose_lease_expires_keeps_its_charge_and_gets_no_correctio
     assert states[0] == states[1]
 
 
+def test_a_lease_that_expires_while_work_arrives_leaves_fast_and_naive_alike() -> None:
+    """The quiet path: b0 overtakes a0 and no completion record ever comes; its lease
+    expires (the service pushes it again) at 3.2 s, just as a1 and b2 arrive. a is owed then
+    (1 s / 4 workers >= 0.5 x 0.2 s), so a0 goes first; fast and naive pop alike through
+    every remaining decision and save the same state, and with nothing queued no tenant's
+    backlog period (nor ledger) is left."""
+    tasks = make_tasks(T("c", 0.0, 1.0, 1.0), T("c", 0.5, 1.0, 1.0), T("a", 2.0, 10.0, 1000.0),
+                       T("b", 3.0, 30.0, 1.0), T("b", 3.0, 1.0, 1.0),
+                       T("a", 3.2, 5.0, 5.0), T("b", 3.2, 1.0, 1.0))
+    picks, states = [], []
+    for cls in (BoostLedger, BoostLedgerNaive):
+        policy = cls(tasks, BoostParams(workers=4))
+        policy.push(0, 0.0)
+        policy.push(1, 0.5)
+        policy.take(0, 0.5)
+        policy.take(1, 0.5)
+        for i in (A0, B0, B1):
+            policy.push(i, 3.0)
+        policy.take(B0, 3.0)  # b0 overtakes a0: a's ledger 1 s
+        for i in (B0, 5, 6):  # b0's lease expired, no completion record; a1 and b2 arrive
+            policy.push(i, 3.2)
+        assert policy.state()["ledger"]["tenants"]["a"][0] == 1.0  # the charge is kept
+        picks.append([policy.pop(3.2 + 0.1 * k) for k in range(5)])
+        states.append(policy.state())
+        assert len(policy) == 0
+    assert picks[0] == picks[1] and picks[0][0] == A0 and sorted(picks[0]) == [2, 3, 4, 5, 6]
+    assert states[0] == states[1]
+    assert states[0]["ledger"]["tenants"] == {}  # every backlog period over
+
+
 def test_the_service_keeps_the_ledger_across_a_restart(tmp_path: Path) -> None:
     """A restart takes back every backlogged tenant's ledger, backlog start and period and
     the running overtakers' charges with boost-lanes' state, and the next poll is the one

@@ -42,6 +42,7 @@ def _demo(settings: DemoSettings, quick: bool, out: str, run: str | None,
     from desched.flows.ingest import ingest_logs
     from desched.tasks.retrain import publish_report as publish_model
     from desched.tasks.tune import (
+        Cell,
         judge_heldout,
         learn_judge_save,
         learn_weights,
@@ -62,19 +63,23 @@ def _demo(settings: DemoSettings, quick: bool, out: str, run: str | None,
     progress = t.Progress(len(STEPS), shares=t.STEP_SHARES[mode])
     specs = t.trace_specs(settings)
     # The report's judge needs nothing of the steps below: it runs beside them, on a process
-    # of its own, and fills the cores that their serial parts (RL, ingestion, plots) leave
+    # of its own, and fills the cores that their serial parts (ingestion, plots) leave
     # idle.
     deploy_job = pool.submit(t.deploy_of, settings, root)
 
-    workloads = progress.run(
-        "workloads", "generate the scenarios and import the SWF logs",
-        lambda: {s.name: t.prepare_workload(s, settings, str(dirs["traces"]))
-                 for s in settings.workloads})
-    # The tuners' cells are the same for both learners. The RL learner needs nothing of the
-    # steps below either, and trains on one core (serial by design): it too runs beside them,
-    # on a process of its own, learned, judged and saved there, where its agent lives.
+    def prepare() -> tuple[dict[str, t.Workload], tuple[list[Cell], list[Cell]]]:
+        # The tuners' cells (the same for both learners) are cut here: the RL learner needs
+        # nothing of the steps below either, and trains on one core (serial by design), so
+        # it too runs beside them, on a process of its own, learned, judged and saved there,
+        # where its agent lives.
+        prepared = {s.name: t.prepare_workload(s, settings, str(dirs["traces"]))
+                    for s in settings.workloads}
+        return prepared, split_traces(t.tune_settings(settings, specs, "optuna"), pool)
+
+    workloads, split = progress.run(
+        "workloads", "generate the scenarios, import the SWF logs, cut the tuners' cells",
+        prepare)
     command = f"desched demo{' --quick' if quick else ''}"
-    split = split_traces(t.tune_settings(settings, specs, "optuna"), pool)
     rl_job = pool.submit(learn_judge_save, t.tune_settings(settings, specs, "rl"), split[0],
                          split[1], str(dirs["weights"] / "rl"), command)
     q1 = progress.run(

@@ -66,7 +66,8 @@ Judged after this rule was committed (``f1c66f0``; docs/deploy-policy.md has the
 further (-0.196 -> -0.233). ``boost-ledger-tight`` is under the gain floor on all four logs.
 
 Tenant weights and caps: as ``boost-lanes`` (the ranking reads no weight; caps live in the
-mechanism, which walks ``pop_sequence``: here the default, pops on a copy). The policy reads
+mechanism, which walks ``pop_sequence``: here pops of a light copy, and ``pop_fitting`` takes
+the next pop without a copy where it fits). The policy reads
 ``predicted_s`` and the quantile columns, and durations only from completion records.
 
 State (``clock`` and ``service``): ``boost-lanes``' plus per tenant its ledger, the start

@@ -57,7 +57,7 @@ T = TypeVar("T")
 
 __all__ = [  # the tasks, and what the demo flow reads of desched.bench through this module
     "STEP_SHARES", "DemoRun", "DemoSettings", "EvalRow", "HeldoutRuns", "Mode", "Pool",
-    "PredictorResult", "Progress", "Report", "WeightsCard",
+    "PredictorResult", "Progress", "Report", "WeightsCard", "Workload",
     "assemble_report", "deploy_of", "evaluate_over_seeds",
     "heldout_candidates", "ingestion_of", "over_seeds_cells", "over_seeds_rows",
     "prepare_workload", "publish_report", "simulate_q1_all", "simulate_q3_all", "trace_specs",
