@@ -252,6 +252,29 @@ def test_desched_judge_writes_judge_json_and_its_table(tmp_path: Path) -> None:
     assert jd.read_judge(out).recommendation == "hrrn-predicted"
 
 
+def test_desched_judge_says_which_jobs_of_a_log_the_import_dropped(tmp_path: Path) -> None:
+    log = write_swf(tmp_path / "holes.swf", 600, 1)
+    lines = log.read_text().splitlines()
+    for k in (5, 50, 500):  # no run time (field 4 is -1): the import drops these three
+        fields = lines[k].split()
+        fields[3] = "-1"
+        lines[k] = " ".join(fields)
+    log.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    res = CliRunner().invoke(cli, ["judge", "--logs", str(log), "--scenarios", "none",
+                                   "--policies", "hrrn-predicted", "--jobs", "1",
+                                   "--out", str(out), "--cache", str(tmp_path / "cache")])
+    assert res.exit_code == 0, res.output
+    note = "holes: kept 597 of the log's 600 jobs (dropped no run time 3)"
+    assert note in res.output
+    case = json.loads((out / "judge.json").read_text())["cases"][0]
+    assert case["log_jobs"] == 600 and case["log_dropped"]["no run time"] == 3
+    assert sum(case["log_dropped"].values()) == 3
+    assert note in (out / "judge.md").read_text()
+    cached = jd.prepare_log(log, cache_dir=tmp_path / "cache")  # read back from the cache
+    assert (cached.log_jobs, cached.log_dropped) == (600, case["log_dropped"])
+
+
 def test_desched_judge_refuses_a_missing_log_in_one_line(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli, ["judge", "--logs", str(tmp_path / "none.swf"),
                                    "--out", str(tmp_path)])

@@ -62,6 +62,7 @@ from desched.bench.judge_cases import (
     CaseInfo,
     Progress,
     default_logs,
+    dropped_note,
     prepare_cases,
     prepare_log,
     prepare_scenario,
@@ -281,6 +282,10 @@ def markdown(result: JudgeResult) -> str:
          f"{th.frontier_share_min}). ✗ marks a failed criterion."),
         "",
     ]
+    dropped = [note for c in result.cases if (note := dropped_note(c))]
+    if dropped:
+        lines += [("Jobs the SWF import dropped, by reason (`desched import-swf` lists "
+                   "them): " + "; ".join(dropped) + "."), ""]
     if result.frontiers:
         lines += [("The clairvoyant frontier per log (`desched.bench.frontier`); the last two "
                    "columns run the same family on the log's predictions, at its best point "

@@ -40,8 +40,9 @@ from desched.errors import DeschedError
 from desched.records import Record
 from desched.trace import MIN_PREDICTION_S
 
-CACHE_VERSION = 1
-"""Bumped when the preparation changes, so that stale cache files are not read."""
+CACHE_VERSION = 2
+"""Bumped when the preparation changes, so that stale cache files are not read (2: the
+log's job count and its dropped jobs kept beside the test part)."""
 TRAIN_FRAC = 0.7
 LOAD = 0.9
 SCENARIOS: tuple[str, ...] = ("steady", "flood")
@@ -99,10 +100,14 @@ class CaseInfo(Record):
     model: ModelInfo | None
     load: float | None
     train_frac: float | None
+    log_jobs: int | None = None
+    """Job lines in the SWF file (None for a scenario)."""
+    log_dropped: dict[str, int] | None = None
+    """Jobs of the file the import dropped, per reason (``desched.swf.SwfReport.dropped``)."""
 
 
 CACHED = ("name", "kind", "source", "workers", "mean_train_duration_s", "model", "load",
-          "train_frac")
+          "train_frac", "log_jobs", "log_dropped")
 """The fields of ``CaseInfo`` a cached case keeps beside its test part (the rest are read
 off the frame)."""
 
@@ -127,6 +132,10 @@ class Case:
     """Offered load the test part was rescaled to (None for a scenario: its own)."""
     train_frac: float | None = TRAIN_FRAC
     """Share of the log's tasks that trained the model (None for a scenario: another seed)."""
+    log_jobs: int | None = None
+    """Job lines in the SWF file; the import kept ``log_jobs - sum(log_dropped)`` of them."""
+    log_dropped: dict[str, int] | None = None
+    """Jobs the import dropped, per reason (None for a scenario)."""
     outcomes: dict[str, Any] = field(default_factory=dict, repr=False)
     tenants: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
     """(frame, sorted tenant names, each task's code): ``verdicts.case_tenants``' cache."""
@@ -150,7 +159,22 @@ class Case:
             model=self.model,
             load=self.load,
             train_frac=self.train_frac,
+            log_jobs=self.log_jobs,
+            log_dropped=self.log_dropped,
         )
+
+
+def dropped_note(case: Case | CaseInfo) -> str | None:
+    """``NAME: kept K of the log's N jobs (dropped REASON COUNT, ...)`` where the SWF import
+    dropped any job of the case's log, else None."""
+    if not case.log_dropped or case.log_jobs is None:
+        return None
+    dropped = {why: n for why, n in case.log_dropped.items() if n}
+    if not dropped:
+        return None
+    reasons = ", ".join(f"{why} {n}" for why, n in dropped.items())
+    kept = case.log_jobs - sum(dropped.values())
+    return f"{case.name}: kept {kept} of the log's {case.log_jobs} jobs (dropped {reasons})"
 
 
 def default_logs() -> list[Path]:
@@ -275,7 +299,7 @@ def prepare_log(
         if progress:
             progress(f"{name}: cached ({cached.tasks} test tasks, {cached.workers} workers)")
         return cached
-    full, _ = import_swf(path)
+    full, report = import_swf(path)
     full = full.sort("submit_s", maintain_order=True)
     if max_tasks is not None:
         full = full.head(max_tasks)
@@ -291,9 +315,12 @@ def prepare_log(
     model = ModelInfo.of(result)
     case = Case(name=name, kind="log", source=str(path), frame=test, workers=workers,
                 mean_train_duration_s=float(train_part["duration_s"].mean()),  # type: ignore[arg-type]
-                model=model, load=load, train_frac=train_frac)
+                model=model, load=load, train_frac=train_frac, log_jobs=report.job_lines,
+                log_dropped=report.dropped)
     if base is not None:
         _write_cache(base, case)
+    if progress and (note := dropped_note(case)):
+        progress(note)
     if progress:
         progress(f"{name}: {case.tasks} test tasks on {workers} workers, model MAE "
                  f"{model.mae_s:.0f} s")

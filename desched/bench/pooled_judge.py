@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from desched.bench import judge as jd
-from desched.bench.judge_cases import SCENARIO_TEST_SEED, Progress
+from desched.bench.judge_cases import SCENARIO_TEST_SEED, Progress, dropped_note
 from desched.bench.pool import SERIAL, Pool
 from desched.bench.verdicts import PREFILLED
 
@@ -69,7 +69,12 @@ def prepare_cases(logs: Sequence[tuple[Path, int | None]], scenarios: Sequence[t
         if progress is not None:
             progress(f"{_label(calls[i])}: ready")
 
-    return list(pool(_prepare, calls, done=ready))
+    cases = list(pool(_prepare, calls, done=ready))
+    if progress is not None:
+        for case in cases:
+            if note := dropped_note(case):
+                progress(note)
+    return cases
 
 
 def _label(call: tuple[Any, ...]) -> str:
