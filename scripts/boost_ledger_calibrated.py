@@ -44,70 +44,38 @@ completion and per label.
 from __future__ import annotations
 
 import math
-from collections import deque
 from typing import Any, ClassVar
 
 from desched.policies.base import PolicyParams
-from desched.policies.boost_lanes import BoostLanesNaive
 from desched.policies.boost_ledger import BoostLedger, BoostLedgerNaive
 from desched.policies.boost_predicted import (
     BoostEstimator,
     BoostEstimatorParams,
-    NaiveBoostHistory,
     naive_label,
     shifted_exponential,
 )
 from desched.trace import TaskTable
+from scripts.boost_calibrated import CALIBRATION_WINDOW as WINDOW
+from scripts.boost_calibrated import Calibration, NaiveCalibratedHistory
 
-__all__ = ["VARIANTS", "BoostLedgerCalibrated", "BoostLedgerCalibratedNaive",
+__all__ = ["VARIANTS", "WINDOW", "BoostLedgerCalibrated", "BoostLedgerCalibratedNaive",
            "BoostLedgerRescue", "BoostLedgerRescueNaive", "main"]
 
-WINDOW = 16
-"""Completed tasks per tenant whose log-ratios give its factor (fixed before any run)."""
 
-
-class Windows:
-    """Each tenant's last ``WINDOW`` log-ratios and its factor; ``down_only`` keeps the
-    factor at most 1. O(1) per completion and per factor."""
+class Windows(Calibration):
+    """``boost-calibrated``'s windows of log-ratios (the last ``WINDOW``, the same 16) with
+    this module's factor: ``exp(min(0, mean))`` where ``down_only``, else ``exp(mean)``."""
 
     def __init__(self, tasks: TaskTable, down_only: bool) -> None:
-        self.tasks = tasks
+        super().__init__(tasks)
         self.down_only = down_only
-        self.ratios: dict[int, deque[float]] = {}
-        self.means: dict[int, float] = {}
-
-    def observe(self, i: int, duration_s: float) -> None:
-        t = self.tasks
-        p50 = t.predicted_p50_s[i]
-        m = p50 if p50 > 0 and math.isfinite(p50) else t.predicted_s[i]
-        if not (m > 0 and math.isfinite(m) and duration_s > 0 and math.isfinite(duration_s)):
-            return
-        k = t.tenant[i]
-        window = self.ratios.setdefault(k, deque())
-        window.append(math.log(duration_s / m))
-        if len(window) > WINDOW:
-            window.popleft()
-        self.means[k] = math.fsum(window) / len(window)  # the window's own sum: no drift
 
     def factor(self, tenant: int) -> float:
-        mean = self.means.get(tenant)
-        if mean is None:
+        window = self.ratios.get(tenant)
+        if not window:
             return 1.0
+        mean = self.sums[tenant] / len(window)
         return math.exp(min(0.0, mean) if self.down_only else mean)
-
-    def state(self) -> dict[str, list[float]]:
-        names = self.tasks.tenant_names
-        return {names[k]: list(self.ratios[k]) for k in sorted(self.ratios, key=names.__getitem__)}
-
-    def restore(self, state: dict[str, Any]) -> None:
-        self.ratios.clear()
-        self.means.clear()
-        for name, values in state.items():
-            window = deque(float(x) for x in values[-WINDOW:])
-            if window:
-                k = self.tasks.tenant_code(name)
-                self.ratios[k] = window
-                self.means[k] = math.fsum(window) / len(window)
 
 
 class _Estimator(BoostEstimator):
@@ -167,18 +135,17 @@ class BoostLedgerCalibrated(BoostLedgerRescue):
 # -- twin of boost-ledger (sharing no code above) --------------------------------------------
 
 
-class _NaiveHistory(NaiveBoostHistory):
-    """``NaiveBoostHistory`` with every label multiplied by its tenant's factor, from a plain
-    list of all the tenant's log-ratios."""
+class _NaiveHistory(NaiveCalibratedHistory):
+    """``boost-calibrated``'s naive history (every log-ratio of a tenant in a plain list)
+    with this module's factor: the mean of the last 16, clipped at 0 where ``down_only``."""
 
     def __init__(self, tasks: TaskTable, params: BoostEstimatorParams, down_only: bool) -> None:
         super().__init__(tasks, params)
         self.down_only = down_only
-        self.seen: dict[str, list[float]] = {}
 
     def label_of(self, i: int) -> tuple[float, float]:
         c, theta = naive_label(self.tasks, i)
-        last = self.seen.get(self.tasks.tenant_names[self.tasks.tenant[i]], [])[-16:]
+        last = self.overruns.get(self.tasks.tenant_names[self.tasks.tenant[i]], [])[-16:]
         if not last:
             return c, theta
         mean = math.fsum(last) / len(last)
@@ -187,19 +154,10 @@ class _NaiveHistory(NaiveBoostHistory):
         k = math.exp(mean)
         return c * k, theta * k
 
-    def finished(self, i: int, duration_s: float) -> None:
-        t = self.tasks
-        med = t.predicted_s[i]
-        if math.isfinite(t.predicted_p50_s[i]) and t.predicted_p50_s[i] > 0:
-            med = t.predicted_p50_s[i]
-        if med > 0 and math.isfinite(med) and duration_s > 0 and math.isfinite(duration_s):
-            name = t.tenant_names[t.tenant[i]]
-            self.seen.setdefault(name, []).append(math.log(duration_s / med))
-
 
 class BoostLedgerRescueNaive(BoostLedgerNaive):
-    """Reference: ``boost-ledger``'s naive twin on ``_NaiveHistory``; the ledger charges
-    the scaled label."""
+    """Reference: ``boost-ledger``'s naive twin on ``_NaiveHistory`` (whose scaled label is
+    also the ledger's charge: the twin charges ``est.label_of``)."""
 
     name = "boost-ledger-rescue"
     summary = BoostLedgerRescue.summary
@@ -210,22 +168,6 @@ class BoostLedgerRescueNaive(BoostLedgerNaive):
         self.history = _NaiveHistory(self.tasks, self.params, self.DOWN_ONLY)
         self.est = self.history
 
-    def taken(self, i: int, now: float) -> None:
-        # boost-ledger's naive ``taken``, written out again, with the scaled label as the
-        # charge (the label is read first: the factor moves only at a completion)
-        c, theta = self.est.label_of(i)
-        size = c + theta
-        BoostLanesNaive.taken(self, i, now)
-        name = self._name(i)
-        if name not in {self._name(j) for j in self.queue}:
-            del self.books[name]
-        hit = sorted({self._name(j) for j in self.queue
-                      if self._name(j) != name and self._older(j, i)})
-        for other in hit:
-            self.books[other][0] += size
-        if hit:
-            self.overtook[i] = (size, [(other, int(self.books[other][2])) for other in hit])
-
     def complete(self, i: int, now: float, duration_s: float) -> None:
         super().complete(i, now, duration_s)
         self.history.finished(i, duration_s)
@@ -233,12 +175,12 @@ class BoostLedgerRescueNaive(BoostLedgerNaive):
     def state(self) -> dict[str, Any] | None:
         state = super().state()
         assert state is not None
-        seen = self.history.seen
+        seen = self.history.overruns
         return {**state, "calibration": {k: seen[k][-16:] for k in sorted(seen) if seen[k]}}
 
     def restore(self, state: dict[str, Any]) -> None:
         super().restore(state)
-        self.history.seen = {k: [float(x) for x in v]
+        self.history.overruns = {k: [float(x) for x in v]
                              for k, v in state.get("calibration", {}).items()}
 
 

@@ -91,7 +91,6 @@ import numpy.typing as npt
 
 from desched.policies.base import Fits, Policy, PolicyParams
 from desched.policies.boost_lanes import BoostLanes, BoostLanesNaive
-from desched.policies.boost_predicted import naive_label
 from desched.trace import TaskTable
 
 _ESTIMATOR = frozenset({"dispatches", "gamma", "labels", "mean_size", "params", "running",
@@ -394,7 +393,7 @@ class BoostLedgerNaive(BoostLanesNaive):
         left = {self._name(j) for j in self.queue}
         if name not in left:
             del self.books[name]
-        c, theta = naive_label(self.tasks, i)
+        c, theta = self.est.label_of(i)  # the estimator's label (naive_label here)
         size = c + theta
         hit = sorted({self._name(j) for j in self.queue
                       if self._name(j) != name and self._older(j, i)})
