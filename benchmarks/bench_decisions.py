@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import machine, markdown_table, write_json
+from benchmarks.common import machine, markdown_table, shown, write_json
 from desched.policies import REGISTRY, make_policy
 from desched.policies.base import Policy
 from desched.trace import TaskTable
@@ -207,7 +207,7 @@ def main() -> None:
     print(f"\nCPU µs per decision (pop + push + complete), median of {args.repeats} blocks; "
           f"naive only up to {args.naive_max:,} queued; ⚠ = over the {TARGET_US:.0f} µs target "
           f"at 100k ({len(missed)} case(s)).")
-    print(f"written: {path.relative_to(ROOT)}; machine load average {info['load_avg_1m']:.2f}")
+    print(f"written: {shown(path)}; machine load average {info['load_avg_1m']:.2f}")
 
 
 if __name__ == "__main__":

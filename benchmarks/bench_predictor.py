@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import machine, markdown_table, write_json
+from benchmarks.common import machine, markdown_table, shown, write_json
 
 
 def per_call_us(fn: Callable[[], object], repeats: int, block_s: float) -> float:
@@ -268,7 +268,7 @@ def main() -> None:
              for k, v in compiled.items()],
         )
     )
-    print(f"\nwritten: {path.relative_to(ROOT)}; machine load average {info['load_avg_1m']:.2f}")
+    print(f"\nwritten: {shown(path)}; machine load average {info['load_avg_1m']:.2f}")
 
 
 if __name__ == "__main__":

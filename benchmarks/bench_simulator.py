@@ -40,7 +40,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_cli import run_cli
-from benchmarks.common import OUT, machine, markdown_table, poisson_trace, write_json
+from benchmarks.common import OUT, machine, markdown_table, poisson_trace, shown, write_json
 from desched.policies import make_policy
 from desched.simulator import simulate
 from desched.trace import TaskTable, validate_trace, write_trace
@@ -248,7 +248,7 @@ def main() -> None:
             [[m["policy"], f"{m['tasks']:,}", f"{m['peak_rss_mb']:.0f}",
               f"{m['ru_maxrss_before_simulate_mb']:.0f}", m["peak_rss_by"]] for m in memory],
         ))
-    print(f"\nwritten: {path.relative_to(ROOT)}; machine load average {info['load_avg_1m']:.2f}")
+    print(f"\nwritten: {shown(path)}; machine load average {info['load_avg_1m']:.2f}")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import machine, markdown_table, write_json
+from benchmarks.common import machine, markdown_table, shown, write_json
 
 
 def main() -> None:
@@ -96,7 +96,7 @@ def main() -> None:
         f"\nchosen: {result.objective}; model MAE {result.metrics['mae_s']:.3f} s; baselines "
         + ", ".join(f"{k} {v['mae_s']:.3f}" for k, v in result.baselines.items())
     )
-    print(f"written: {path.relative_to(ROOT)}; machine load average {info['load_avg_1m']:.2f}")
+    print(f"written: {shown(path)}; machine load average {info['load_avg_1m']:.2f}")
 
 
 if __name__ == "__main__":

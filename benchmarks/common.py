@@ -71,6 +71,12 @@ def write_json(name: str, payload: dict[str, Any]) -> Path:
     return path
 
 
+def shown(path: Path) -> str:
+    """``path`` relative to the repository where it lies inside it (``--out NAME``), else as
+    given (``--out /abs/path.json``, which ``write_json`` writes there)."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
