@@ -23,11 +23,13 @@ backlogged tenants (the policy objects keep a heap, O(log K)), cheap for the tho
 tenants of the scenarios; hrrn-predicted the kinetic tournament's amortised O(log^2 n);
 boost-predicted O(log n) amortised (two heaps, entries of started tasks dropped at the
 tops), boost-lanes the same plus O(1) amortised for the oldest queued task (a pointer over
-the arrival order, ``desched.kernels.source_lanes``), boost-ledger boost-lanes' plus two
-scans of the B backlogged tenants (the owed ones, then the overtaken ones: a pointer per
-tenant at its oldest queued task, ``desched.kernels.source_ledger``) and O(charged tenants)
-per completion, and fair-boost vtc's scan plus O(log m) in the tenant, both plus the γ estimate's
-O(window x 40) every ``window`` dispatches (and at the 2nd, 4th, 8th, ...), which computes
+the arrival order, ``desched.kernels.source_lanes``), boost-ledger boost-lanes' plus O(log B)
+binary searches in the B backlogged tenants kept in the order of their oldest queued tasks
+(the overtaken ones are a prefix of it), one add per overtaken tenant, a test per tenant
+flagged since the last decision (the others cannot be owed:
+``desched.kernels.source_ledger``) and O(charged tenants) per completion, and fair-boost
+vtc's scan plus O(log m) in the tenant, both plus the γ estimate's O(window x 40) every
+``window`` dispatches (and at the 2nd, 4th, 8th, ...), which computes
 ``desched.structures.exp2.expd`` (compiled from the policy objects' own source) and sums
 exactly as ``math.fsum`` does (``desched.kernels.source_boost``), so that γ has the policy
 object's bits.
@@ -136,8 +138,8 @@ def _lanes_sizes(n: int, nt: int, p: Any) -> dict[str, int]:
 def _ledger_sizes(n: int, nt: int, workers: int) -> dict[str, int]:
     """``boost-ledger``'s tenants (``id_``, ``fg``) and one charge slot per worker (``ie``,
     ``ig``, ``ih``, ``fg``): ``desched.kernels.source_ledger``."""
-    return {"id_": 5 * nt, "fg": 2 * nt + workers, "ie": n + 2 * workers, "ig": workers * nt,
-            "ih": workers * nt}
+    return {"id_": 6 * nt, "fg": 3 * nt + workers, "ie": n + 2 * workers, "ig": workers * nt,
+            "ih": workers}
 
 
 def _fboost_sizes(n: int, nt: int, p: Any) -> dict[str, int]:
