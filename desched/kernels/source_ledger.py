@@ -25,12 +25,14 @@ without a visit of the others, exactly: a tenant that is not owed at ``(now, W)`
 owed while its ledger does not change, since ``now`` and ``W`` (the most tasks seen running
 at once, or the fixed count) never decrease, ``L / W`` never grows as ``W`` does and
 ``ALPHA x (now - since)`` never shrinks as ``now`` grows (each rounded operation is monotone;
-``ALPHA >= 0``). So a tenant is flagged when its ledger changes (a charge, a correction) to
-a value at or above its bound ``fg[2 k + 1]``, and at each decision every flagged tenant is
-tested by the rule's own operations: the owed ones compete, the others leave the flags with a
-new bound ``fl(fl(ALPHA x (now - since)) x W) x (1 - 2^-40)`` (0 under 1e-290): a ledger
-below it gives ``fl(L / W) < ALPHA x (now - since)``, with a margin that covers the three
-roundings, now and at every later decision. A period starts with ledger 0 and bound 0.
+``ALPHA >= 0``). A tenant's bound ``fg[2 k + 1]`` is ``fl(fl(ALPHA x (now - since)) x W) x
+(1 - 2^-40)`` (0 under 1e-290) at some ``(now, W)`` no later than the next decision's: a
+ledger below it gives ``fl(L / W) < ALPHA x (now - since)``, with a margin that covers the
+three roundings, then and at every later decision. When its ledger changes (a charge, a
+correction) to a value at or above its bound, the bound is recomputed at the current
+``(now, W)``; a ledger still at or above it flags the tenant. At each decision every
+flagged tenant is tested by the rule's own operations: the owed ones compete, the others
+leave the flags with the bound of that decision. A period starts with ledger 0 and bound 0.
 
 Each running task holds a charge slot (one per worker: at most ``workers`` run at once;
 ``ie[i]`` task ``i``'s slot, ``ie[n + s]`` how many tenants slot ``s`` charged,
@@ -92,6 +94,24 @@ def ledger_flag(k: int, nt: int, sc: I64, id_: I64) -> None:
         id_[3 * nt + k] = 1
         id_[5 * nt + sc[15]] = k
         sc[15] += 1
+
+
+def ledger_bound(k: int, t: float, w: int, alpha: float, nt: int, fg: F64) -> float:
+    """The ledger below which tenant ``k`` cannot be owed at ``(t, w)`` or later."""
+    bound = alpha * (t - fg[2 * nt + k]) * float(w) * BOUND_MARGIN
+    return bound if bound >= BOUND_FLOOR else 0.0
+
+
+def ledger_raise(k: int, led: float, t: float, w: int, alpha: float, nt: int, sc: I64,
+                 id_: I64, fg: F64) -> None:
+    """Tenant ``k``'s ledger became ``led``, at or above its bound: the bound at ``(t, w)``
+    (no decision comes earlier or with fewer workers seen) where the ledger is under it,
+    else a flag for the next decision."""
+    bound = ledger_bound(k, t, w, alpha, nt, fg)
+    if led < bound:
+        fg[2 * k + 1] = bound
+    else:
+        ledger_flag(k, nt, sc, id_)
 
 
 def ledger_push(i: int, t: float, n: int, nt: int, tenant: I64, submit: F64, prm: F64,
@@ -158,8 +178,7 @@ def ledger_pop(t: float, n: int, nt: int, workers: int, arrival: I64, ttask: I64
                 owed = j
             f += 1
         else:
-            bound = alpha * (t - fg[2 * nt + k]) * float(w) * BOUND_MARGIN
-            fg[2 * k + 1] = bound if bound >= BOUND_FLOOR else 0.0
+            fg[2 * k + 1] = ledger_bound(k, t, w, alpha, nt, fg)
             id_[3 * nt + k] = 0
             sc[15] -= 1
             id_[5 * nt + f] = id_[5 * nt + sc[15]]
@@ -198,7 +217,7 @@ def ledger_pop(t: float, n: int, nt: int, workers: int, arrival: I64, ttask: I64
             ig[base + charged] = k
             charged += 1
             if led >= fg[2 * k + 1]:
-                ledger_flag(k, nt, sc, id_)
+                ledger_raise(k, led, t, w, alpha, nt, sc, id_, fg)
     ie[n + s] = charged
     ih[s] = sc[5]
     fg[3 * nt + s] = label
@@ -220,8 +239,8 @@ def ledger_pop(t: float, n: int, nt: int, workers: int, arrival: I64, ttask: I64
     return int(i)
 
 
-def ledger_complete(i: int, t: float, n: int, nt: int, workers: int, duration: F64, sc: I64,
-                    ib: I64, id_: I64, ie: I64, ig: I64, ih: I64, fg: F64) -> None:
+def ledger_complete(i: int, t: float, n: int, nt: int, workers: int, duration: F64, prm: F64,
+                    sc: I64, ib: I64, id_: I64, ie: I64, ig: I64, ih: I64, fg: F64) -> None:
     """``boost-lanes``' completion; each tenant the task was charged to, still in the same
     backlog period, gets the task's real duration less its label."""
     lanes_complete(i, t, sc, ib)
@@ -235,7 +254,10 @@ def ledger_complete(i: int, t: float, n: int, nt: int, workers: int, duration: F
             led = fg[2 * k] + d
             fg[2 * k] = led
             if led >= fg[2 * k + 1]:
-                ledger_flag(k, nt, sc, id_)
+                w = int(prm[1])
+                if w == 0:
+                    w = max(sc[10], 1)
+                ledger_raise(k, led, t, w, prm[5], nt, sc, id_, fg)
     ie[i] = -1
     ie[n + workers + sc[7]] = s
     sc[7] += 1
