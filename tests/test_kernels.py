@@ -127,6 +127,56 @@ def test_the_ifs_kernels_visit_by_backlog_group_decides_as_the_python_loop(
     assert_identical(kernel, python)
 
 
+@st.composite
+def counter_bursts(draw: st.DrawFn) -> TaskTable:
+    """A burst of up to 1,500 tasks over up to 200 Zipf tenants (every tenant backlogged for
+    long, served many times), on a grid or continuous, at times offset by up to 1e6 s, with
+    durations of up to five orders of magnitude: ifs-counter's reference values and its
+    service floor meet rebases, ties, near-ties and counters far apart."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    n = draw(st.integers(2, 1500))
+    tenants = draw(st.integers(1, 200))
+    share = 1 / np.arange(1, tenants + 1)
+    tenant = rng.choice(tenants, size=n, p=share / share.sum())
+    offset = draw(st.sampled_from([0.0, 1e6]))
+    scale = draw(st.sampled_from([1e-3, 1.0, 100.0]))
+    if draw(st.booleans()):
+        submit = np.floor(rng.uniform(0.0, 4.0, n)) + offset
+        duration = rng.integers(1, 4, n).astype(float) * scale
+    else:
+        submit = rng.uniform(0.0, 1.0, n) + offset
+        duration = rng.exponential(scale, n) * rng.choice([1e-2, 1.0, 1e3], n)
+    return TaskTable.from_frame(pl.DataFrame({
+        "task_id": [f"t{i}" for i in range(n)],
+        "tenant": [f"u{k:03d}" for k in tenant.tolist()],
+        "task_type": "extract",
+        "submit_s": submit,
+        "duration_s": duration,
+        "predicted_s": duration,
+    }))
+
+
+@settings(max_examples=60, deadline=None)
+@given(table=counter_bursts(), workers=st.integers(1, 4),
+       half_life=st.sampled_from(["0.01", "1", "60", "900", "1e6"]),
+       w_service=st.sampled_from(["0", "0.25", "2", "40"]),
+       w_wait=st.sampled_from(["0", "0.3", "1"]))
+def test_ifs_counters_reference_values_and_service_floor_keep_the_python_loops_bits(
+    table: TaskTable, workers: int, half_life: str, w_service: str, w_wait: str,
+) -> None:
+    """ifs-counter's kernel computes the decayed service of few tenants (those whose value at
+    the reference time is near the largest, and those whose floor on the service term does
+    not already rule them out), rebuilding the reference every 64 half-lives: the Python
+    loop's decisions, bit for bit, from half-lives far below a task to far above the run."""
+    params = {"half_life_s": half_life, "w_service": w_service, "w_wait": w_wait}
+    kernel = simulate(table, make_policy("ifs-counter", table, params), workers,
+                      engine="kernel")
+    python = simulate(table, make_policy("ifs-counter", table, params), workers,
+                      engine="python")
+    assert kernel.engine == "kernel:ifs-counter"
+    assert_identical(kernel, python)
+
+
 BOOST_KERNELS = ("boost-predicted", "fair-boost", "boost-lanes", "boost-ledger")
 _p50 = st.one_of(st.just(math.nan), st.just(0.0), st.just(math.inf), _sizes)
 _p90 = st.one_of(st.just(math.nan), st.just(math.inf),

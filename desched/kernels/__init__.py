@@ -17,8 +17,9 @@ O(n log n) for the events plus the policy's cost per decision, with no Python pe
 decision: fifo O(1); sjf-*, guarded-sjf O(log n); round-robin O(log m); the IFS family a
 visit of the K backlogged tenants by group of equal backlog, largest first, that stops at
 the first group whose exact bound is below the best score (on a burst it scores a small
-fraction of them; ifs-counter still computes every tenant's decayed service, and
-ifs-predicted adds O(log n) for its heaps); vtc and fair-sjf scan the K
+fraction of them; ifs-counter compares every backlogged tenant's decayed service at a
+reference time and computes the current one for the few that could be the largest or win,
+and ifs-predicted adds O(log n) for its heaps); vtc and fair-sjf scan the K
 backlogged tenants (the policy objects keep a heap, O(log K)), cheap for the thousand
 tenants of the scenarios; hrrn-predicted the kinetic tournament's amortised O(log^2 n);
 boost-predicted O(log n) amortised (two heaps, entries of started tasks dropped at the
@@ -94,7 +95,7 @@ def _per_tenant(n: int, nt: int, p: Any = None) -> dict[str, int]:
 
 def _ifs_sizes(n: int, nt: int, p: Any = None) -> dict[str, int]:
     return {**_per_tenant(n, nt), "if_": n, "ig": n + 1, "fa": nt, "fb": nt, "fc": nt, "fd": nt,
-            "fe": nt, "ff": 1}
+            "fe": nt, "ff": nt + 2}
 
 
 def _vtc_sizes(n: int, nt: int, p: Any = None) -> dict[str, int]:
