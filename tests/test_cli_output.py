@@ -3,6 +3,7 @@ terminal and stay plain markdown when piped; one markdown-table helper, numpy pe
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sqlite3
@@ -128,3 +129,28 @@ def test_the_live_demo_tenant_table_takes_its_p99_from_numpy(tmp_path):
     assert (tenant, n, done, worst) == ("a", 37, 37, 37.0)
     assert p99 == pytest.approx(float(np.percentile(waits, 99)))
     assert mean == pytest.approx(float(np.mean(waits)))
+
+
+def test_simulate_exits_without_teardown_after_writing_and_printing_everything(tmp_path):
+    """``desched simulate`` ends its process without the interpreter's teardown
+    (``exit_without_teardown``): its line still reaches a pipe, every file is complete, and
+    an in-process ``main(argv)`` still raises ``SystemExit`` as usual."""
+    from desched.cli import main
+
+    trace = tmp_path / "t.parquet"
+    write_trace(make_frame(*(T(tenant="ab"[i % 2], submit_s=i / 4, duration_s=1.0)
+                             for i in range(40))), trace)
+    result = desched("simulate", "--trace", trace, "--policy", "vtc", "--workers", "2",
+                     "--out", tmp_path / "run")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"{tmp_path / 'run'}: 40 tasks, mean wait "), result.stdout
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["tasks"] == 40
+    import polars as pl
+
+    assert pl.read_parquet(tmp_path / "run" / "decision-log.parquet").height == 80
+    with pytest.raises(SystemExit) as exit_:
+        main(["simulate", "--trace", str(trace), "--policy", "vtc", "--workers", "2",
+              "--out", str(tmp_path / "again")])
+    assert exit_.value.code == 0
+    assert (tmp_path / "again" / "summary.json").exists()

@@ -127,6 +127,56 @@ def test_the_ifs_kernels_visit_by_backlog_group_decides_as_the_python_loop(
     assert_identical(kernel, python)
 
 
+@st.composite
+def counter_bursts(draw: st.DrawFn) -> TaskTable:
+    """A burst of up to 1,500 tasks over up to 200 Zipf tenants (every tenant backlogged for
+    long, served many times), on a grid or continuous, at times offset by up to 1e6 s, with
+    durations of up to five orders of magnitude: ifs-counter's reference values and its
+    service floor meet rebases, ties, near-ties and counters far apart."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    n = draw(st.integers(2, 1500))
+    tenants = draw(st.integers(1, 200))
+    share = 1 / np.arange(1, tenants + 1)
+    tenant = rng.choice(tenants, size=n, p=share / share.sum())
+    offset = draw(st.sampled_from([0.0, 1e6]))
+    scale = draw(st.sampled_from([1e-3, 1.0, 100.0]))
+    if draw(st.booleans()):
+        submit = np.floor(rng.uniform(0.0, 4.0, n)) + offset
+        duration = rng.integers(1, 4, n).astype(float) * scale
+    else:
+        submit = rng.uniform(0.0, 1.0, n) + offset
+        duration = rng.exponential(scale, n) * rng.choice([1e-2, 1.0, 1e3], n)
+    return TaskTable.from_frame(pl.DataFrame({
+        "task_id": [f"t{i}" for i in range(n)],
+        "tenant": [f"u{k:03d}" for k in tenant.tolist()],
+        "task_type": "extract",
+        "submit_s": submit,
+        "duration_s": duration,
+        "predicted_s": duration,
+    }))
+
+
+@settings(max_examples=60, deadline=None)
+@given(table=counter_bursts(), workers=st.integers(1, 4),
+       half_life=st.sampled_from(["0.01", "1", "60", "900", "1e6"]),
+       w_service=st.sampled_from(["0", "0.25", "2", "40"]),
+       w_wait=st.sampled_from(["0", "0.3", "1"]))
+def test_ifs_counters_reference_values_and_service_floor_keep_the_python_loops_bits(
+    table: TaskTable, workers: int, half_life: str, w_service: str, w_wait: str,
+) -> None:
+    """ifs-counter's kernel computes the decayed service of few tenants (those whose value at
+    the reference time is near the largest, and those whose floor on the service term does
+    not already rule them out), rebuilding the reference every 64 half-lives: the Python
+    loop's decisions, bit for bit, from half-lives far below a task to far above the run."""
+    params = {"half_life_s": half_life, "w_service": w_service, "w_wait": w_wait}
+    kernel = simulate(table, make_policy("ifs-counter", table, params), workers,
+                      engine="kernel")
+    python = simulate(table, make_policy("ifs-counter", table, params), workers,
+                      engine="python")
+    assert kernel.engine == "kernel:ifs-counter"
+    assert_identical(kernel, python)
+
+
 BOOST_KERNELS = ("boost-predicted", "fair-boost", "boost-lanes", "boost-ledger")
 _p50 = st.one_of(st.just(math.nan), st.just(0.0), st.just(math.inf), _sizes)
 _p90 = st.one_of(st.just(math.nan), st.just(math.inf),
@@ -188,9 +238,10 @@ def test_the_boost_kernels_decide_bit_identically_under_quantiles_and_small_wind
 def test_the_ledger_kernel_decides_bit_identically_with_many_tenants_owed_and_overtaken(
     table: TaskTable, workers: int, params: dict[str, str]
 ) -> None:
-    """boost-ledger's two scans of the backlogged tenants (owed, then overtaken), its
-    backlog periods and the completion records' corrections of under- and over-estimated
-    overtakers, with up to 40 tenants at a few instants: the Python loop's bits."""
+    """boost-ledger's owed tenants (among the flagged ones), the overtaken ones (a prefix of
+    the backlogged tenants by oldest queued task), its backlog periods and the completion
+    records' corrections of under- and over-estimated overtakers, with up to 40 tenants at
+    a few instants: the Python loop's bits."""
     kernel = simulate(table, make_policy("boost-ledger", table, params), workers,
                       engine="kernel")
     python = simulate(table, make_policy("boost-ledger", table, params), workers,
@@ -444,3 +495,34 @@ def test_a_kernel_loaded_from_its_cached_object_computes_what_the_compiled_one_d
         got.append(fn(x.size, x.ctypes.data))
     assert len(list(tmp_path.glob("kernel-*.o"))) == 1
     assert got[0] == got[1] == sum(v / 2.0 for v in x.tolist())
+
+
+@pytest.mark.parametrize(("n", "tenants", "grid"), [(5_000, 100, 0), (10_000, 200, 0),
+                                                   (10_000, 200, 64)])
+def test_the_ledger_kernel_keeps_the_python_loops_bits_on_a_burst_over_hundreds_of_tenants(
+    n: int, tenants: int, grid: int,
+) -> None:
+    """The regime of the bench's burst, smaller: every task of 100-200 Zipf tenants
+    submitted within one second, so that heads move far through the kernel's order of the
+    backlogged tenants, most dispatches overtake a hundred of them, backlog periods end one
+    by one and the guard fires at flagged tenants only; the Python loop's bits, and (without
+    ties: on the grid the guard happens not to fire) a guard that changes decisions."""
+    rng = np.random.default_rng(1)
+    share = 1 / np.arange(1, tenants + 1)
+    tenant = rng.choice(tenants, size=n, p=share / share.sum())
+    duration = rng.exponential(1.0, n)
+    submit = np.sort(rng.uniform(0.0, 1.0, n))
+    if grid:  # ties: every submit on a grid of 1/grid s
+        submit = np.floor(submit * grid) / grid
+    table = TaskTable.from_frame(pl.DataFrame({
+        "task_id": [f"t{i}" for i in range(n)],
+        "tenant": [f"u{k:03d}" for k in tenant.tolist()],
+        "task_type": "extract",
+        "submit_s": submit,
+        "duration_s": duration,
+        "predicted_s": duration * rng.uniform(0.5, 1.5, n),
+    }))
+    kernel, python = both_engines(table, "boost-ledger", 4)
+    assert_identical(kernel, python)
+    lanes = simulate(table, make_policy("boost-lanes", table), 4, engine="kernel")
+    assert grid or lanes.decisions.task.tobytes() != kernel.decisions.task.tobytes()

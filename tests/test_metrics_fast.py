@@ -214,3 +214,35 @@ def test_order_hints_and_paths_leave_every_metric_bit_identical(
                   summarize(wrong, workers=3, window_s=window).model_dump(), other_paths):
         assert json.dumps(other, allow_nan=True) == json.dumps(bare, allow_nan=True)
 
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(runs(), crowded_runs()), st.booleans())
+def test_busy_runs_from_sorted_submissions_and_starts_are_the_event_sorts(
+    case: tuple[RunArrays, float | None], hint: bool,
+) -> None:
+    """``_busy_runs`` (each tenant's sorted submissions against its sorted starts) finds the
+    very intervals, in the same order, as ``busy_runs_by_events`` (the 2n events sorted by
+    tenant and time, counted): zero waits, shared instants, tenants with one task."""
+    from desched.metrics import _busy_runs, busy_runs_by_events
+
+    run, _ = case
+    _, codes = run.tenant_codes()
+    order = np.argsort(run.start_s, kind="stable") if hint else None
+    fast = _busy_runs(codes, run.submit_s, run.start_s, order)
+    reference = busy_runs_by_events(codes, run.submit_s, run.start_s, order)
+    for a, b in zip(fast, reference, strict=True):
+        assert a.dtype == b.dtype
+        assert np.array_equal(a, b)
+
+
+def test_busy_runs_of_a_start_before_its_submission_go_to_the_reference() -> None:
+    from desched.metrics import _busy_runs, busy_runs_by_events
+
+    codes = np.array([0, 0, 1], dtype=np.int64)
+    submit = np.array([1.0, 2.0, 0.0])
+    start = np.array([3.0, 1.5, math.nan])
+    fast = _busy_runs(codes, submit, start)
+    reference = busy_runs_by_events(codes, submit, start)
+    for a, b in zip(fast, reference, strict=True):
+        assert np.array_equal(a, b, equal_nan=True)

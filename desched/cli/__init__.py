@@ -7,6 +7,8 @@ line on stderr and exit status 2.
 from __future__ import annotations
 
 import importlib
+import logging
+import os
 import sys
 from typing import Any
 
@@ -82,5 +84,30 @@ def cli(verbose: bool) -> None:
     configure_logging(verbose)
 
 
+_EXIT_WITHOUT_TEARDOWN: set[str] = set()
+"""Holds ``"asked"`` once a command has called ``exit_without_teardown``."""
+
+
+def exit_without_teardown() -> None:
+    """Let ``main`` end the process as soon as this command succeeds, without the
+    interpreter's teardown: for a command whose outputs are all written and closed by
+    then and that leaves nothing running (``desched simulate``). The teardown frees every
+    array and unloads numpy, polars and llvmlite one object at a time, which the exit does
+    at once: about 0.05 s of CPU after a 100k-task run, 0.1 s after a 1M-task one (a
+    tenth of a short run's process). Standard streams and logging are flushed first; a
+    failure (a non-zero status) or an in-process call of ``main`` with ``argv`` exits as
+    usual."""
+    _EXIT_WITHOUT_TEARDOWN.add("asked")
+
+
 def main(argv: list[str] | None = None) -> None:
-    cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="desched")
+    _EXIT_WITHOUT_TEARDOWN.clear()
+    try:
+        cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="desched")
+    except SystemExit as exc:
+        if argv is None and exc.code in (0, None) and _EXIT_WITHOUT_TEARDOWN:
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
+        raise

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from desched.cli import exit_without_teardown
 from desched.cli.grammar import POLICY_SPEC_HELP, fresh_folder, policy_spec, split_specs
 from desched.cli.output import echo_markdown
 from desched.errors import DeschedError
@@ -243,6 +244,7 @@ def simulate(
         f"p99 response {summary.p99_response_s:.1f} s, Jain {summary.jain_slowdown:.3f}, "
         f"max service lag {summary.max_service_lag_s:.1f} s"
     )
+    exit_without_teardown()  # the run folder is written and closed
 
 
 TABLE_COLUMNS = (

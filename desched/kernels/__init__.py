@@ -17,17 +17,20 @@ O(n log n) for the events plus the policy's cost per decision, with no Python pe
 decision: fifo O(1); sjf-*, guarded-sjf O(log n); round-robin O(log m); the IFS family a
 visit of the K backlogged tenants by group of equal backlog, largest first, that stops at
 the first group whose exact bound is below the best score (on a burst it scores a small
-fraction of them; ifs-counter still computes every tenant's decayed service, and
-ifs-predicted adds O(log n) for its heaps); vtc and fair-sjf scan the K
+fraction of them; ifs-counter compares every backlogged tenant's decayed service at a
+reference time and computes the current one for the few that could be the largest or win,
+and ifs-predicted adds O(log n) for its heaps); vtc and fair-sjf scan the K
 backlogged tenants (the policy objects keep a heap, O(log K)), cheap for the thousand
 tenants of the scenarios; hrrn-predicted the kinetic tournament's amortised O(log^2 n);
 boost-predicted O(log n) amortised (two heaps, entries of started tasks dropped at the
 tops), boost-lanes the same plus O(1) amortised for the oldest queued task (a pointer over
-the arrival order, ``desched.kernels.source_lanes``), boost-ledger boost-lanes' plus two
-scans of the B backlogged tenants (the owed ones, then the overtaken ones: a pointer per
-tenant at its oldest queued task, ``desched.kernels.source_ledger``) and O(charged tenants)
-per completion, and fair-boost vtc's scan plus O(log m) in the tenant, both plus the γ estimate's
-O(window x 40) every ``window`` dispatches (and at the 2nd, 4th, 8th, ...), which computes
+the arrival order, ``desched.kernels.source_lanes``), boost-ledger boost-lanes' plus O(log B)
+binary searches in the B backlogged tenants kept in the order of their oldest queued tasks
+(the overtaken ones are a prefix of it), one add per overtaken tenant, a test per tenant
+flagged since the last decision (the others cannot be owed:
+``desched.kernels.source_ledger``) and O(charged tenants) per completion, and fair-boost
+vtc's scan plus O(log m) in the tenant, both plus the γ estimate's O(window x 40) every
+``window`` dispatches (and at the 2nd, 4th, 8th, ...), which computes
 ``desched.structures.exp2.expd`` (compiled from the policy objects' own source) and sums
 exactly as ``math.fsum`` does (``desched.kernels.source_boost``), so that γ has the policy
 object's bits.
@@ -92,7 +95,7 @@ def _per_tenant(n: int, nt: int, p: Any = None) -> dict[str, int]:
 
 def _ifs_sizes(n: int, nt: int, p: Any = None) -> dict[str, int]:
     return {**_per_tenant(n, nt), "if_": n, "ig": n + 1, "fa": nt, "fb": nt, "fc": nt, "fd": nt,
-            "fe": nt, "ff": 1}
+            "fe": nt, "ff": nt + 2}
 
 
 def _vtc_sizes(n: int, nt: int, p: Any = None) -> dict[str, int]:
@@ -136,8 +139,8 @@ def _lanes_sizes(n: int, nt: int, p: Any) -> dict[str, int]:
 def _ledger_sizes(n: int, nt: int, workers: int) -> dict[str, int]:
     """``boost-ledger``'s tenants (``id_``, ``fg``) and one charge slot per worker (``ie``,
     ``ig``, ``ih``, ``fg``): ``desched.kernels.source_ledger``."""
-    return {"id_": 5 * nt, "fg": 2 * nt + workers, "ie": n + 2 * workers, "ig": workers * nt,
-            "ih": workers * nt}
+    return {"id_": 6 * nt, "fg": 3 * nt + workers, "ie": n + 2 * workers, "ig": workers * nt,
+            "ih": workers}
 
 
 def _fboost_sizes(n: int, nt: int, p: Any) -> dict[str, int]:

@@ -30,6 +30,15 @@ import numpy.typing as npt
 
 from desched.structures.exp2 import exp2d
 
+REBASE_HALF_LIVES = 64.0
+"""ifs-counter's reference values are rebuilt once this many half-lives old
+(``ifs_decayed_max``)."""
+CANDIDATE_MARGIN = 0.9999999990686774
+"""1 - 2^-30: a tenant whose reference value is below the largest times this cannot hold the
+largest decayed service (``ifs_decayed_max``)."""
+TINY = 1.499696813895631e-241
+"""2^-800: under it the reference's error bounds are not relied on."""
+
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 
@@ -337,8 +346,9 @@ def sjf_complete(i: int, t: float) -> None:
 # tenants whose backlog exceeds b, so ic[:ig[0]] are the backlogged ones), fe[pos] the head
 # submit of the tenant at pos; if_[i] 1 once task i left the queue and sc[2] the first task in
 # arrival order that has not (the oldest queued); prm = w_backlog, w_wait, w_service,
-# half_life_s, counter (0/1); ifs-counter keeps per tenant fa = S_k, fb = t_k and per
-# position fd for the decayed service (by exp2d, desched.structures.exp2) ---------------------
+# half_life_s, counter (0/1); ifs-counter keeps per tenant fa = S_k, fb = t_k and ff[k] its
+# decayed service (by exp2d, desched.structures.exp2) at the reference time ff[nt], which
+# holds while ff[nt + 1] is 1 (ifs_decayed_max) ------------------------------------------------
 
 
 def by_backlog_swap(ic: I64, id_: I64, fe: F64, p: int, q: int) -> None:
@@ -372,8 +382,10 @@ def by_backlog_down(ic: I64, id_: I64, ig: I64, fe: F64, k: int, b: int) -> None
 
 
 def ifs_init(n: int, nt: int, sc: I64, ia: I64, ib: I64, ic: I64, id_: I64, if_: I64, ig: I64,
-             fa: F64, fb: F64) -> None:
+             fa: F64, fb: F64, ff: F64) -> None:
     sc[2] = 0
+    ff[nt] = 0.0
+    ff[nt + 1] = 0.0
     for k in range(nt):
         ia[k] = 0
         ib[k] = 0
@@ -397,9 +409,9 @@ def ifs_push(i: int, t: float, tenant: I64, submit: F64, ia: I64, ib: I64, ic: I
     ia[k] += 1
 
 
-def ifs_pop(t: float, arrival: I64, submit: F64, ttask: I64, tstart: I64, prm: F64, sc: I64,
-            ia: I64, ib: I64, ic: I64, id_: I64, if_: I64, ig: I64, fa: F64, fb: F64, fc: F64,
-            fd: F64, fe: F64, out: F64) -> int:
+def ifs_pop(t: float, nt: int, arrival: I64, submit: F64, ttask: I64, tstart: I64, prm: F64,
+            sc: I64, ia: I64, ib: I64, ic: I64, id_: I64, if_: I64, ig: I64, fa: F64, fb: F64,
+            fc: F64, fd: F64, fe: F64, ff: F64, out: F64) -> int:
     """The IFS rule of ``desched.policies.ifs_memoryless`` / ``ifs_counter``: the best
     ``(score, -head submit, -head position)`` over the backlogged tenants' heads, with the
     policy object's operations for every score it computes.
@@ -415,7 +427,9 @@ def ifs_pop(t: float, arrival: I64, submit: F64, ttask: I64, tstart: I64, prm: F
     smaller one scores even as much as the best: it could not win, nor tie. Within a
     group (without the service term), the score does not increase with the head submit,
     so the group's earliest ``(head submit, head position)`` beats or ties-and-loses-to
-    nobody else of it: only that head is scored. Negative weights visit every tenant."""
+    nobody else of it: only that head is scored. Negative weights visit every tenant.
+    ifs-counter's largest decayed service is ``ifs_decayed_max``'s, and a visited tenant's
+    own is computed only where its floor (``ifs_service_floor``) leaves it a chance."""
     w1 = prm[0]
     w2 = prm[1]
     w3 = prm[2]
@@ -429,16 +443,13 @@ def ifs_pop(t: float, arrival: I64, submit: F64, ttask: I64, tstart: I64, prm: F
     sc[2] = p
     span = t - submit[arrival[p]]
     maxx = 0.0
+    hl = prm[3]
     if counter:
-        hl = prm[3]
-        for j in range(n):
-            k = ic[j]
-            fd[j] = fa[k] * exp2d((fb[k] - t) / hl)
-        maxx = fd[0]
-        for j in range(1, n):
-            vx = fd[j]
-            maxx = max(maxx, vx)
+        maxx = ifs_decayed_max(t, n, nt, hl, ic, fa, fb, ff)
     prune = w1 >= 0.0 and w2 >= 0.0 and w3 >= 0.0
+    f = -1.0  # a factor that takes a reference value below its tenant's ns (ifs_service_floor)
+    if counter and prune and maxx >= TINY and ff[nt + 1] == 1.0:
+        f = ifs_service_floor(t, nt, hl, maxx, ff)
     earliest = prune and not counter
     best = -math.inf
     best_j = 0
@@ -478,7 +489,12 @@ def ifs_pop(t: float, arrival: I64, submit: F64, ttask: I64, tstart: I64, prm: F
             score = w1 * nb + w2 * nw
             ns = 0.0
             if counter:
-                ns = fd[j] / maxx if maxx > 0.0 else 0.0
+                kj = ic[j]
+                if f > 0.0:
+                    u = ff[kj]
+                    if u >= TINY and score - w3 * (u * f) < best:
+                        continue  # its score is at most that: it cannot win, nor tie
+                ns = fa[kj] * exp2d((fb[kj] - t) / hl) / maxx if maxx > 0.0 else 0.0
                 score = score - w3 * ns
             if score > best or (score == best and vh <= best_h):
                 kj = ic[j]
@@ -507,14 +523,89 @@ def ifs_pop(t: float, arrival: I64, submit: F64, ttask: I64, tstart: I64, prm: F
     return int(i)
 
 
-def ifs_complete(i: int, t: float, duration: F64, tenant: I64, weight: F64, prm: F64, sc: I64,
-                 fa: F64, fb: F64, fc: F64, fd: F64, ff: F64) -> None:
-    """ifs-counter's record: ``S_k <- S_k * 2**(-(t - t_k) / h) + duration / weight``."""
+def ifs_complete(i: int, t: float, nt: int, duration: F64, tenant: I64, weight: F64, prm: F64,
+                 sc: I64, fa: F64, fb: F64, fc: F64, fd: F64, ff: F64) -> None:
+    """ifs-counter's record: ``S_k <- S_k * 2**(-(t - t_k) / h) + duration / weight``; the
+    tenant's reference value (``ifs_decayed_max``) follows, or the reference is dropped."""
     if prm[4] == 0.0:
         return
     k = tenant[i]
-    fa[k] = fa[k] * exp2d(-(t - fb[k]) / prm[3]) + duration[i] / weight[k]
+    hl = prm[3]
+    fa[k] = fa[k] * exp2d(-(t - fb[k]) / hl) + duration[i] / weight[k]
     fb[k] = t
+    if ff[nt + 1] == 1.0:
+        x = (t - ff[nt]) / hl
+        u = fa[k] * exp2d(x)
+        if x <= REBASE_HALF_LIVES and u < math.inf:
+            ff[k] = u
+        else:
+            ff[nt + 1] = 0.0
+
+
+def ifs_service_floor(t: float, nt: int, hl: float, maxx: float, ff: F64) -> float:
+    """``f`` with ``fl(U_k f) <= ns_k = fl(value_k / maxx)`` for every tenant whose reference
+    value ``U_k`` (``ifs_decayed_max``) is at least 2^-800: ``f = fl(fl(exp2d((t0 - t) / h)
+    x (1 - 2^-30)) / maxx)``, whose factor ``1 - 2^-30`` covers the reference's and the decay's
+    errors (each under 2^-40, ``t - t0 <= 64 h``) and four roundings. With non-negative
+    weights a score is then at most ``fl(partial - fl(w_service x fl(U_k f)))`` (every step
+    monotone), so a tenant whose bound is below the best score so far cannot win, nor tie,
+    and its decayed service is not computed."""
+    return exp2d((ff[nt] - t) / hl) * CANDIDATE_MARGIN / maxx
+
+
+def ifs_rebase(t: float, nt: int, hl: float, fa: F64, fb: F64, ff: F64) -> None:
+    """Every tenant's decayed service at ``t`` becomes its reference value (``ff[k]``), ``t``
+    the reference time (``ff[nt]``); the reference holds (``ff[nt + 1] = 1``) where every
+    value is finite and ``h > 0``."""
+    ok = hl > 0.0
+    for k in range(nt):
+        u = fa[k] * exp2d((fb[k] - t) / hl)
+        ff[k] = u
+        if not (u < math.inf):
+            ok = False
+    ff[nt] = t
+    ff[nt + 1] = 1.0 if ok else 0.0
+
+
+def ifs_decayed_max(t: float, n: int, nt: int, hl: float, ic: I64, fa: F64, fb: F64,
+                    ff: F64) -> float:
+    """The largest decayed service ``fa[k] * exp2d((fb[k] - t) / hl)`` of the ``n``
+    backlogged tenants (``ic[:n]``), the value ``max`` finds over all of them, computed for
+    few of them.
+
+    All decay alike: with every tenant's value ``U_k`` at a reference time ``t0 <= t`` (a
+    rebase; a completion since then sets its tenant's ``U_k`` at ``t0`` from its new counter,
+    ``2**((t_k - t0) / h)`` with ``t_k - t0 <= 64 h``), ``U_k = w_k (1 + a_k)`` and the
+    value at ``t`` is ``w_k 2**(-(t - t0) / h) (1 + b_k)`` for the same real ``w_k``, with
+    ``|a_k|, |b_k| < 2^-40``: ``exp2d`` is within two units in the last place and its
+    argument, of magnitude at most 1000 (below, ``exp2d`` is 0), carries a relative error of
+    2^-52 (``fl(t_k - t)``, then ``/ h``), which moves ``2**x`` by at most
+    ``ln 2 x 1000 x 2^-52``, all while the values are normal numbers. A tenant whose ``U_k``
+    is below the largest ``U`` times ``1 - 2^-30`` therefore decays to a value below that
+    tenant's: only the others (those at or above the running largest ``U`` times
+    ``1 - 2^-30``, a superset) get their value computed. The reference is rebuilt (every
+    tenant's value computed) at the first decision, once ``t - t0`` exceeds 64 half-lives,
+    after a completion that could not update it, and where the largest ``U`` or the maximum
+    found is under 2^-800 (the bounds need normal numbers)."""
+    if ff[nt + 1] == 1.0 and (t - ff[nt]) / hl <= REBASE_HALF_LIVES:
+        m = 0.0
+        maxx = 0.0
+        for j in range(n):
+            k = ic[j]
+            u = ff[k]
+            if u >= m * CANDIDATE_MARGIN:
+                vx = fa[k] * exp2d((fb[k] - t) / hl)
+                if j == 0 or vx > maxx:
+                    maxx = vx
+                m = max(m, u)
+        if m >= TINY and maxx >= TINY:
+            return maxx
+    ifs_rebase(t, nt, hl, fa, fb, ff)
+    maxx = ff[ic[0]]
+    for j in range(1, n):
+        vx = ff[ic[j]]
+        maxx = max(maxx, vx)
+    return float(maxx)
 
 
 # vtc / fair-sjf: per tenant a heap in its region of ttask (fa: first key, fb: submit, ia:

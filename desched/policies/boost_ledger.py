@@ -75,7 +75,9 @@ and number of its backlog period, and each running overtaker's label and the ten
 charged to. Cost: ``boost-lanes``' plus O(B) per dispatch and per decision (B the backlogged
 tenants), O(charged tenants) per completion, O(log n) per push (a heap per tenant). The fast
 class does the O(B) scans as array operations over the T tenants seen (``BoostLedger``);
-the kernel (``desched.kernels.source_ledger``) as loops over the backlogged ones.
+the kernel (``desched.kernels.source_ledger``) keeps the backlogged tenants in the order of
+their oldest queued tasks (the overtaken ones are a prefix: one add each, no test) and tests
+only the tenants whose ledger may have made them owed since the last decision.
 """
 
 from __future__ import annotations
