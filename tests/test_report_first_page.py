@@ -15,14 +15,15 @@ import pytest
 from click.testing import CliRunner
 
 from desched.bench import demo
+from desched.bench.pool import Pool
 from desched.bench.report.answers import answers
 from desched.bench.report.deploy import standing, tenant_harm_figure
 from desched.bench.report.html import image_sources
-from desched.bench.report.inputs import Ingestion, Latency, PredictorResult
+from desched.bench.report.inputs import HeldoutRuns, Ingestion, Latency, PredictorResult
 from desched.bench.report.markdown import _over_windows
 from desched.bench.report.numbers import fmt_ci, unmatched_numbers
 from desched.bench.report.plots import compact, q3_tenants_figure
-from desched.bench.report.records import CI, DeployHarmRow, DeployRow, DeploySection
+from desched.bench.report.records import CI, DeployHarmRow, DeployRow, DeploySection, Report
 from desched.bench.report.write import write_report
 from desched.bench.verdicts import Thresholds
 from desched.bench.weights import read_card
@@ -149,9 +150,12 @@ def _invoke(*args: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def small_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def small_report_parts(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Report, dict[str, dict[str, str]], dict[str, HeldoutRuns], Path]:
     """A report from the demo's own steps on small traces, with a judge section in which the
-    recommendation ties with another candidate."""
+    recommendation ties with another candidate: the record, what its plots are drawn from
+    (Q1's run folders, the held-out runs) and the folder it was written to."""
     tmp = tmp_path_factory.mktemp("report")
     settings = demo.DemoSettings.of("quick")
     spec = demo.WorkloadSpec(name="flood", kind="scenario", source="flood", tasks=400,
@@ -189,7 +193,31 @@ def small_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
             root=tmp)
     finally:
         mp.undo()
-    return write_report(report, {"flood": q1.dirs}, tmp / "out", {"flood": sims})
+    folder = write_report(report, {"flood": q1.dirs}, tmp / "out", {"flood": sims})
+    return report, {"flood": q1.dirs}, {"flood": sims}, folder
+
+
+@pytest.fixture(scope="module")
+def small_report(
+    small_report_parts: tuple[Report, dict[str, dict[str, str]], dict[str, HeldoutRuns], Path],
+) -> Path:
+    """The folder of ``small_report_parts``."""
+    return small_report_parts[3]
+
+
+@pytest.mark.slow
+def test_plots_drawn_on_a_pool_of_processes_are_the_serial_plots_byte_for_byte(
+    small_report_parts: tuple[Report, dict[str, dict[str, str]], dict[str, HeldoutRuns], Path],
+    tmp_path: Path,
+) -> None:
+    report, q1_dirs, sims, serial = small_report_parts
+    with Pool(jobs=2) as pool:
+        pooled = write_report(report, q1_dirs, tmp_path / "pooled", sims, pool)
+    pngs = sorted(p.name for p in serial.glob("*.png"))
+    assert pngs and pngs == sorted(p.name for p in pooled.glob("*.png"))
+    for name in pngs:
+        assert (pooled / name).read_bytes() == (serial / name).read_bytes(), name
+    assert (pooled / "report.md").read_text() == (serial / "report.md").read_text()
 
 
 @pytest.mark.slow

@@ -140,7 +140,8 @@ def _demo(settings: DemoSettings, quick: bool, out: str, run: str | None,
             ingestion=t.ingestion_of(ingest), q1=q1, eval_rows=eval_rows, cards=cards,
             trained=trained, sims=sims, steps=progress.steps, total_s=progress.elapsed(),
             root=root, deploy=deploy_job.result())
-        t.write_report(report, {w: r.dirs for w, r in q1.items()}, str(report_dir), sims)
+        t.write_report(report, {w: r.dirs for w, r in q1.items()}, str(report_dir), sims,
+                       pool)
         t.publish_report(str(report_dir), report)
         return report
 

@@ -111,9 +111,10 @@ def assemble_report(**parts: Any) -> Report:
 
 @task(name="write-report", cache_policy=NONE)
 def write_report(report: Report, q1_dirs: dict[str, dict[str, str]], out_dir: str,
-                 sims: dict[str, HeldoutRuns]) -> str:
-    """``report.json``, ``report.md`` and the PNG plots into ``out_dir``."""
-    return str(write_report_files(report, q1_dirs, out_dir, sims))
+                 sims: dict[str, HeldoutRuns], pool: Pool) -> str:
+    """``report.json``, ``report.md`` and the PNG plots into ``out_dir``, each plot one call
+    of ``pool``."""
+    return str(write_report_files(report, q1_dirs, out_dir, sims, pool))
 
 
 MAX_MARKDOWN_BYTES = 200_000
