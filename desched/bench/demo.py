@@ -646,12 +646,17 @@ def assemble_report(
     eval_rows: list[EvalRow], cards: dict[str, WeightsCard],
     trained: dict[str, PredictorResult], sims: dict[str, HeldoutRuns],
     steps: dict[str, float], total_s: float, root: Path, pool: Pool = SERIAL,
-    deploy: DeploySection | None = None,
+    deploy: DeploySection | None = None, draft: bool = False,
 ) -> Report:
     """The report of one demo run (``desched.bench.report.build``); ``deploy`` is its "Which
-    policy to deploy" when already made (``deploy_of``), else it is made here on ``pool``."""
+    policy to deploy" when already made (``deploy_of``), else it is made here on ``pool``.
+    A ``draft`` has no such section and makes none: every other section is the full
+    report's, and so are the figures drawn from them (the demo draws them while the judge
+    finishes)."""
+    if deploy is None and not draft:
+        deploy = deploy_of(settings, root, pool)
     return build_report(
-        deploy=deploy if deploy is not None else deploy_of(settings, root, pool),
+        deploy=None if draft else deploy,
         run=run, mode=settings.mode,
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         settings={**settings.describe(), "duration_scaled": roles.duration_scale_factors(),

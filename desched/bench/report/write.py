@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -28,17 +28,15 @@ from desched.errors import DeschedError
 
 def write_report(report: Report, q1_dirs: dict[str, dict[str, str]], out_dir: str | Path,
                  q3_sims: dict[str, HeldoutRuns] | None = None,
-                 mapper: Mapper = serial_map) -> Path:
+                 mapper: Mapper = serial_map, drawn: Collection[str] = ()) -> Path:
     """Write ``report.json``, ``report.md``, ``report.html`` and the plots beside them (Q1's
     from the run folders ``q1_dirs``: workload -> policy -> folder); refuse a text that
     states a number the JSON lacks. Returns the folder.
 
-    Each plot is one call of ``mapper`` (``plot_calls``): the figures are independent, so a
-    pool renders them on its processes (about 1 s of matplotlib each, plus its import once
-    per process) and the PNG files are the same wherever they are drawn."""
+    The plots are ``draw_plots``' on ``mapper``, but for those named in ``drawn``: files that
+    ``draw_plots`` already wrote into ``out_dir`` from this report's sections."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    mapper(_render, plot_calls(report, q1_dirs, out, q3_sims))
+    draw_plots(report, q1_dirs, out, q3_sims, mapper, skip=drawn)
     text = render_markdown(report)
     data = report.to_json()
     missing = unmatched_numbers(text, data)
@@ -49,6 +47,24 @@ def write_report(report: Report, q1_dirs: dict[str, dict[str, str]], out_dir: st
     (out / "report.md").write_text(text)
     write_html(out, text, f"desched report {report.run}")
     return out
+
+
+def draw_plots(report: Report, q1_dirs: dict[str, dict[str, str]], out_dir: str | Path,
+               q3_sims: dict[str, HeldoutRuns] | None = None, mapper: Mapper = serial_map,
+               skip: Collection[str] = ()) -> list[str]:
+    """Draw the report's figures into ``out_dir`` but those whose file name is in ``skip``;
+    returns the names drawn. Each figure is one call of ``mapper`` (``plot_calls``): they
+    are independent, so a pool draws them on its processes (about 1 s of matplotlib each,
+    plus its import once per process), and a figure is the same file wherever it is drawn.
+
+    A figure depends only on its own section: a report assembled without the judge's
+    section (``desched.bench.demo.assemble_report(draft=True)``) draws every other figure as
+    the full report does."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    calls = [c for c in plot_calls(report, q1_dirs, out, q3_sims) if c[-1].name not in skip]
+    mapper(_render, calls)
+    return [c[-1].name for c in calls]
 
 
 def plot_calls(report: Report, q1_dirs: dict[str, dict[str, str]], out: Path,
