@@ -171,6 +171,22 @@ def test_a_log_case_has_predictions_but_no_training_task_and_starts_at_zero(tmp_
     assert load == pytest.approx(0.9)
 
 
+def test_predictions_of_the_test_part_alone_equal_those_made_among_all_rows(
+    tmp_path: Path,
+) -> None:
+    from desched.bench.judge_cases import predict_frame, split_log
+    from desched.models.training import TrainSettings, train
+    from desched.swf import import_swf
+
+    full, _ = import_swf(write_swf(tmp_path / "syn.swf", 600, 1))
+    full = full.sort("submit_s", maintain_order=True)
+    first, _ = split_log(full, 0.7)
+    result = train(first, TrainSettings(), source="syn")
+    alone = predict_frame(result, full, from_row=first.height)
+    assert alone.height == 180 and "predicted_p90_s" in alone.columns
+    assert alone.equals(predict_frame(result, full)[first.height:])  # bit for bit
+
+
 def test_today_keeps_no_gain_and_the_oracle_all_of_it(tmp_path: Path) -> None:
     case = small_case(tmp_path)
     today = jd.verdict_of(case, jd.TODAY)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,34 @@ def test_a_pool_runs_calls_in_order_and_only_leaves_this_process_when_told() -> 
     assert Pool(jobs=3).describe() == "3 processes"
     assert Pool(jobs=1, address="tcp://x:8786").describe() == "dask at tcp://x:8786"
     assert Pool().jobs >= 1  # one per core by default
+
+
+class RecordingExecutor(ThreadPoolExecutor):
+    """One thread that notes the arguments of each call in the order it is handed them."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1)
+        self.handed: list[tuple[Any, ...]] = []
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        self.handed.append(args)
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_costs_hand_the_costliest_calls_out_first_and_keep_the_results_in_order() -> None:
+    pool = Pool(jobs=2)
+    executor = RecordingExecutor()
+    pool._executor = executor  # the executor the pool would start, here one that records
+    with pool:
+        ended: list[int] = []
+        args = [(i, 10) for i in range(5)]
+        assert pool(divmod, args, done=ended.append,
+                    costs=[1, 9, 3, 9, 5]) == [divmod(i, 10) for i in range(5)]
+        assert [a[0] for a in executor.handed] == [1, 3, 4, 2, 0]  # ties in their order
+        assert sorted(ended) == [0, 1, 2, 3, 4]
+        with pytest.raises(ValueError, match="2 costs for 3 calls"):
+            pool(divmod, args[:3], costs=[1, 2])
+    assert SERIAL(divmod, args[:2], costs=[1, 2]) == [(0, 0), (0, 1)]
 
 
 def test_evaluation_cells_on_two_processes_equal_the_cells_run_here(two: Pool) -> None:

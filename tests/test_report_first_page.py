@@ -15,15 +15,16 @@ import pytest
 from click.testing import CliRunner
 
 from desched.bench import demo
+from desched.bench.pool import Pool
 from desched.bench.report.answers import answers
 from desched.bench.report.deploy import standing, tenant_harm_figure
 from desched.bench.report.html import image_sources
-from desched.bench.report.inputs import Ingestion, Latency, PredictorResult
+from desched.bench.report.inputs import HeldoutRuns, Ingestion, Latency, PredictorResult
 from desched.bench.report.markdown import _over_windows
 from desched.bench.report.numbers import fmt_ci, unmatched_numbers
 from desched.bench.report.plots import compact, q3_tenants_figure
-from desched.bench.report.records import CI, DeployHarmRow, DeployRow, DeploySection
-from desched.bench.report.write import write_report
+from desched.bench.report.records import CI, DeployHarmRow, DeployRow, DeploySection, Report
+from desched.bench.report.write import draw_plots, write_report
 from desched.bench.verdicts import Thresholds
 from desched.bench.weights import read_card
 from desched.cli import cli
@@ -149,9 +150,12 @@ def _invoke(*args: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def small_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def small_report_parts(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Report, dict[str, dict[str, str]], dict[str, HeldoutRuns], Path]:
     """A report from the demo's own steps on small traces, with a judge section in which the
-    recommendation ties with another candidate."""
+    recommendation ties with another candidate: the record, what its plots are drawn from
+    (Q1's run folders, the held-out runs) and the folder it was written to."""
     tmp = tmp_path_factory.mktemp("report")
     settings = demo.DemoSettings.of("quick")
     spec = demo.WorkloadSpec(name="flood", kind="scenario", source="flood", tasks=400,
@@ -175,10 +179,8 @@ def small_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
         card_test={}, heldout={"model": scores, "global_median": {**scores, "mae_s": 4.0}},
         quantiles={}, training_time_s=1.0, compile_time_s=1.0, latency_us=latency,
         booster_latency_us=latency, heldout_trace=str(predicted), workers=2)
-    mp = pytest.MonkeyPatch()
-    mp.setattr(demo, "deploy_of", lambda settings, root, pool=None: deploy_section(tie=True))
-    try:
-        report = demo.assemble_report(
+    def assemble(**deploy: Any) -> Report:
+        return demo.assemble_report(
             run="small", settings=settings, specs={}, workloads={"flood": workload},
             ingestion=Ingestion(files_seen=1, files_read=1, decisions_loaded=400,
                                 completions_loaded=400, rows_quarantined=0,
@@ -186,10 +188,49 @@ def small_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                 warehouse_rows={}),
             q1={"flood": q1}, eval_rows=[], cards={"optuna": learned["optuna"][0]},
             trained={"flood": trained}, sims={"flood": sims}, steps={}, total_s=1.0,
-            root=tmp)
+            root=tmp, **deploy)
+
+    DRAFTS[tmp] = assemble(draft=True)  # makes no judge: deploy_of is not patched yet
+    mp = pytest.MonkeyPatch()
+    mp.setattr(demo, "deploy_of", lambda settings, root, pool=None: deploy_section(tie=True))
+    try:
+        report = assemble()
     finally:
         mp.undo()
-    return write_report(report, {"flood": q1.dirs}, tmp / "out", {"flood": sims})
+    folder = write_report(report, {"flood": q1.dirs}, tmp / "out", {"flood": sims})
+    return report, {"flood": q1.dirs}, {"flood": sims}, folder
+
+
+DRAFTS: dict[Path, Report] = {}
+"""The draft (``assemble_report(draft=True)``) of each ``small_report_parts``, by its folder."""
+
+
+@pytest.fixture(scope="module")
+def small_report(
+    small_report_parts: tuple[Report, dict[str, dict[str, str]], dict[str, HeldoutRuns], Path],
+) -> Path:
+    """The folder of ``small_report_parts``."""
+    return small_report_parts[3]
+
+
+@pytest.mark.slow
+def test_plots_drawn_on_a_pool_and_a_draft_s_before_the_judge_are_the_serial_ones(
+    small_report_parts: tuple[Report, dict[str, dict[str, str]], dict[str, HeldoutRuns], Path],
+    tmp_path: Path,
+) -> None:
+    report, q1_dirs, sims, serial = small_report_parts
+    draft = DRAFTS[serial.parent]
+    assert draft.deploy is None and draft.plots.deploy is None and report.plots.deploy
+    with Pool(jobs=2) as pool:
+        # the draft's figures first, as the demo draws them while its judge finishes
+        drawn = draw_plots(draft, q1_dirs, tmp_path / "pooled", sims, pool)
+        assert report.plots.deploy not in drawn and len(drawn) == 4
+        pooled = write_report(report, q1_dirs, tmp_path / "pooled", sims, pool, drawn)
+    pngs = sorted(p.name for p in serial.glob("*.png"))
+    assert pngs and pngs == sorted(p.name for p in pooled.glob("*.png"))
+    for name in pngs:
+        assert (pooled / name).read_bytes() == (serial / name).read_bytes(), name
+    assert (pooled / "report.md").read_text() == (serial / "report.md").read_text()
 
 
 @pytest.mark.slow

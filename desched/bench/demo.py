@@ -342,7 +342,8 @@ def simulate_q1_all(workloads: list[Workload], logs_dir: str, runs_dir: str, bas
                for w in workloads for p in family}
     calls = [(w.trace, p, dict(w.info.scaled_params.get(p, {})), w.workers,
               str(folders[w.name, p])) for w in workloads for p in family]
-    summaries = iter(pool(run_and_write_file, calls))
+    summaries = iter(pool(run_and_write_file, calls,
+                          costs=[w.info.tasks for w in workloads for _ in family]))
     return {w.name: Q1Runs(workload=w.name,
                            dirs={p: str(folders[w.name, p]) for p in family},
                            summaries={p: next(summaries) for p in family})
@@ -353,6 +354,12 @@ def _latency(samples: list[float]) -> Latency:
     us = np.asarray(samples) * 1e6
     return Latency(p50=float(np.percentile(us, 50)), p99=float(np.percentile(us, 99)),
                    mean=float(us.mean()), n=float(us.size))
+
+
+def training_rows(workload: Workload, settings: DemoSettings) -> float:
+    """About how many rows ``train_predictor`` fits on for ``workload`` (its trace's tasks
+    times its ``train_frac``): what orders the trainings on a pool, the longest first."""
+    return workload.info.tasks * settings.q3_train_frac.get(workload.name, settings.train_frac)
 
 
 def train_predictor(
@@ -639,12 +646,17 @@ def assemble_report(
     eval_rows: list[EvalRow], cards: dict[str, WeightsCard],
     trained: dict[str, PredictorResult], sims: dict[str, HeldoutRuns],
     steps: dict[str, float], total_s: float, root: Path, pool: Pool = SERIAL,
-    deploy: DeploySection | None = None,
+    deploy: DeploySection | None = None, draft: bool = False,
 ) -> Report:
     """The report of one demo run (``desched.bench.report.build``); ``deploy`` is its "Which
-    policy to deploy" when already made (``deploy_of``), else it is made here on ``pool``."""
+    policy to deploy" when already made (``deploy_of``), else it is made here on ``pool``.
+    A ``draft`` has no such section and makes none: every other section is the full
+    report's, and so are the figures drawn from them (the demo draws them while the judge
+    finishes)."""
+    if deploy is None and not draft:
+        deploy = deploy_of(settings, root, pool)
     return build_report(
-        deploy=deploy if deploy is not None else deploy_of(settings, root, pool),
+        deploy=None if draft else deploy,
         run=run, mode=settings.mode,
         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         settings={**settings.describe(), "duration_scaled": roles.duration_scale_factors(),

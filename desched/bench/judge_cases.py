@@ -201,13 +201,15 @@ def _digest(*parts: Any) -> str:
     return h.hexdigest()[:16]
 
 
-def predict_frame(result: Any, frame: pl.DataFrame) -> pl.DataFrame:
-    """``frame`` plus ``PREDICTED_COLUMNS`` from a ``TrainResult`` (history from the frame's
-    own finished tasks, as ``Predictor.features_of``). A quantile model that was not fitted
+def predict_frame(result: Any, frame: pl.DataFrame, from_row: int = 0) -> pl.DataFrame:
+    """``frame[from_row:]`` plus ``PREDICTED_COLUMNS`` from a ``TrainResult`` (history from
+    the whole frame's own finished tasks, as ``Predictor.features_of``; only the rows kept
+    are predicted, each as it would be among all). A quantile model that was not fitted
     leaves its column out."""
     from desched.models.features import feature_matrix, with_history
 
-    x = feature_matrix(with_history(frame), result.spec)
+    x = feature_matrix(with_history(frame), result.spec)[from_row:]
+    frame = frame[from_row:]
     columns = [pl.Series("predicted_s", np.maximum(result.model.predict_s(x), MIN_PREDICTION_S))]
     for key, column in (("p50", "predicted_p50_s"), ("p90", "predicted_p90_s")):
         model = result.quantile_models.get(key)
@@ -307,7 +309,7 @@ def prepare_log(
     if progress:
         progress(f"{name}: training on {train_part.height} tasks")
     result = _train(train_part, str(path), settings)
-    predicted = predict_frame(result, full)[train_part.height:]
+    predicted = predict_frame(result, full, from_row=train_part.height)
     t0 = float(predicted["submit_s"].min())  # type: ignore[arg-type]
     test = predicted.with_columns(pl.col("submit_s") - t0)
     workers = workers_for(test, load)

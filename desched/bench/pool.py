@@ -62,10 +62,25 @@ class Pool:
         return f"{self.jobs} processes" if self.jobs > 1 else "serial"
 
     def __call__(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]], *,
-                 done: Callable[[int], None] | None = None) -> list[Any]:
+                 done: Callable[[int], None] | None = None,
+                 costs: Sequence[float] | None = None) -> list[Any]:
         """``[fn(*a) for a in args]``; ``done(i)``, when given, is called here as call ``i``
-        finishes (in the order they finish: progress, not results)."""
+        finishes (in the order they finish: progress, not results).
+
+        ``costs``, one per call (any unit: rows, tasks), hands the calls out costliest first
+        (ties in their order), so that the longest is not the last to start and the
+        processes finish together; the results stay in the order of ``args``."""
         calls = list(args)
+        if costs is not None and self.parallel and len(calls) > 1:
+            if len(costs) != len(calls):
+                raise ValueError(f"{len(costs)} costs for {len(calls)} calls")
+            order = sorted(range(len(calls)), key=lambda i: -costs[i])
+            ranked = self(fn, [calls[i] for i in order],
+                          done=None if done is None else lambda j: done(order[j]))
+            results: list[Any] = [None] * len(calls)
+            for i, result in zip(order, ranked, strict=True):
+                results[i] = result
+            return results
         if self.address is not None:
             return self._dask(fn, calls, done)
         if self.jobs <= 1 or len(calls) <= 1:

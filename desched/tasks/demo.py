@@ -49,6 +49,7 @@ from desched.bench.evaluate import EvalCell, EvalRow, run_cell
 from desched.bench.pool import Pool
 from desched.bench.report.inputs import HeldoutRuns, PredictorResult, Q1Runs
 from desched.bench.report.records import Report
+from desched.bench.report.write import draw_plots as draw_plot_files
 from desched.bench.report.write import q1_gap_rows
 from desched.bench.report.write import write_report as write_report_files
 from desched.bench.weights import WeightsCard
@@ -58,7 +59,7 @@ T = TypeVar("T")
 __all__ = [  # the tasks, and what the demo flow reads of desched.bench through this module
     "STEP_SHARES", "DemoRun", "DemoSettings", "EvalRow", "HeldoutRuns", "Mode", "Pool",
     "PredictorResult", "Progress", "Report", "WeightsCard", "Workload",
-    "assemble_report", "deploy_of", "evaluate_over_seeds",
+    "assemble_report", "deploy_of", "draw_plots", "evaluate_over_seeds",
     "heldout_candidates", "ingestion_of", "over_seeds_cells", "over_seeds_rows",
     "prepare_workload", "publish_report", "simulate_q1_all", "simulate_q3_all", "trace_specs",
     "train_predictors", "tune_settings", "write_report",
@@ -83,8 +84,11 @@ def simulate_q1_all(workloads: list[Workload], logs_dir: str, runs_dir: str, bas
 def train_predictors(calls: list[tuple[Any, ...]], pool: Pool) -> list[PredictorResult]:
     """Q3's model of every workload (``train_predictor``'s arguments in ``calls``) and its
     predictions for the held-out part, each one call of ``pool``: trainings of different
-    workloads share nothing but the warehouse, read-only."""
-    return list(pool(demo.train_predictor, calls))
+    workloads share nothing but the warehouse, read-only. The largest starts first
+    (``demo.training_rows``): LANL's, several times the others', started last would run alone
+    at the end."""
+    return list(pool(demo.train_predictor, calls,
+                     costs=[demo.training_rows(c[0], c[-1]) for c in calls]))
 
 
 @task(name="simulate-q3-all", cache_policy=NONE, tags=["simulation"])
@@ -109,11 +113,21 @@ def assemble_report(**parts: Any) -> Report:
     return demo.assemble_report(**parts)
 
 
+@task(name="draw-plots", cache_policy=NONE)
+def draw_plots(report: Report, q1_dirs: dict[str, dict[str, str]], out_dir: str,
+               sims: dict[str, HeldoutRuns], pool: Pool) -> list[str]:
+    """The report's PNG plots into ``out_dir``, each one call of ``pool``; returns their
+    file names."""
+    return draw_plot_files(report, q1_dirs, out_dir, sims, pool)
+
+
 @task(name="write-report", cache_policy=NONE)
 def write_report(report: Report, q1_dirs: dict[str, dict[str, str]], out_dir: str,
-                 sims: dict[str, HeldoutRuns]) -> str:
-    """``report.json``, ``report.md`` and the PNG plots into ``out_dir``."""
-    return str(write_report_files(report, q1_dirs, out_dir, sims))
+                 sims: dict[str, HeldoutRuns], pool: Pool, drawn: list[str]) -> str:
+    """``report.json``, ``report.md`` and the PNG plots into ``out_dir``, each plot one call
+    of ``pool``, but those in ``drawn`` (``draw_plots`` wrote them from this report's
+    sections)."""
+    return str(write_report_files(report, q1_dirs, out_dir, sims, pool, drawn))
 
 
 MAX_MARKDOWN_BYTES = 200_000
