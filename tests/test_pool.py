@@ -213,3 +213,34 @@ def test_the_judge_tuned_leave_one_log_out_on_prefilled_runs_gives_the_serial_re
         monkeypatch.undo()
     serial, pooled = results
     assert pooled.model_dump_json() == serial.model_dump_json()
+
+
+_PROCESS_END = """
+import atexit, sys
+from desched.bench.pool import _ends_quickly
+
+_ends_quickly()
+atexit.register(lambda: open(sys.argv[1] + ".handler", "w").write("ran"))
+left_open = open(sys.argv[1] + ".teardown", "w")  # buffered: written when the teardown frees it
+left_open.write("freed")
+sys.stdout.write("unflushed result line")
+sys.exit(0)
+"""
+
+
+@pytest.mark.parametrize("quick", [True, False])
+def test_a_pool_process_ends_without_the_teardown_but_runs_later_handlers_and_flushes(
+    tmp_path: Path, quick: bool
+) -> None:
+    import subprocess
+    import sys
+
+    code = _PROCESS_END if quick else _PROCESS_END.replace("_ends_quickly()", "")
+    base = tmp_path / "p"
+    res = subprocess.run([sys.executable, "-c", code, str(base)], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "unflushed result line"
+    assert (tmp_path / "p.handler").read_text() == "ran"  # registered after: runs first
+    # the teardown, which frees module globals one by one, runs only without it
+    assert (tmp_path / "p.teardown").read_text() == ("" if quick else "freed")

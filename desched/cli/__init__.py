@@ -91,7 +91,7 @@ _EXIT_WITHOUT_TEARDOWN: set[str] = set()
 def exit_without_teardown() -> None:
     """Let ``main`` end the process as soon as this command succeeds, without the
     interpreter's teardown: for a command whose outputs are all written and closed by
-    then and that leaves nothing running (``desched simulate``). The teardown frees every
+    then and that leaves nothing running (``desched simulate``, ``desched demo``). The teardown frees every
     array and unloads numpy, polars and llvmlite one object at a time, which the exit does
     at once: about 0.05 s of CPU after a 100k-task run, 0.1 s after a 1M-task one (a
     tenth of a short run's process). Standard streams and logging are flushed first; a
