@@ -112,7 +112,27 @@ class CalibratedEstimator(BoostEstimator):
         return c * k, theta * k
 
 
-class BoostCalibrated(BoostPredicted):
+class Calibrated:
+    """What a policy with a ``calibration`` (a ``Calibration``) adds to its parent: each
+    completion observed, the windows saved and restored with the parent's state."""
+
+    calibration: Calibration
+
+    def complete(self, i: int, now: float, duration_s: float) -> None:
+        super().complete(i, now, duration_s)  # type: ignore[misc]
+        self.calibration.observe(i, duration_s)
+
+    def state(self) -> dict[str, Any] | None:
+        state = super().state()  # type: ignore[misc]
+        assert state is not None
+        return {**state, "calibration": self.calibration.state()}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        super().restore(state)  # type: ignore[misc]
+        self.calibration.restore(state.get("calibration", {}))
+
+
+class BoostCalibrated(Calibrated, BoostPredicted):
     """γ-Boost on predicted sizes, each label scaled by its tenant's overrun factor (module
     docstring). Rule, guard, scores and cost: ``boost-predicted``'s, plus O(1) per
     completion. State: ``boost-predicted``'s and each tenant's window of log-ratios."""
@@ -126,19 +146,6 @@ class BoostCalibrated(BoostPredicted):
         super().__init__(tasks, params)
         self.calibration = Calibration(self.tasks)
         self.estimator = CalibratedEstimator(self.tasks, self.params, self.calibration)
-
-    def complete(self, i: int, now: float, duration_s: float) -> None:
-        super().complete(i, now, duration_s)
-        self.calibration.observe(i, duration_s)
-
-    def state(self) -> dict[str, Any] | None:
-        state = super().state()
-        assert state is not None
-        return {**state, "calibration": self.calibration.state()}
-
-    def restore(self, state: dict[str, Any]) -> None:
-        super().restore(state)
-        self.calibration.restore(state.get("calibration", {}))
 
 
 # -- the naive twin: the calibration written again from the module docstring, on the naive
@@ -174,7 +181,29 @@ class NaiveCalibratedHistory(NaiveBoostHistory):
             self.overruns.setdefault(name, []).append(math.log(duration_s / med))
 
 
-class BoostCalibratedNaive(BoostPredictedNaive):
+class NaiveCalibrated:
+    """What a naive twin with a ``history`` (a ``NaiveCalibratedHistory``) adds to its
+    parent: each completion's log-ratio kept, the last 16 per tenant saved and restored."""
+
+    history: NaiveCalibratedHistory
+
+    def complete(self, i: int, now: float, duration_s: float) -> None:
+        super().complete(i, now, duration_s)  # type: ignore[misc]
+        self.history.finished(i, duration_s)
+
+    def state(self) -> dict[str, Any] | None:
+        state = super().state()  # type: ignore[misc]
+        assert state is not None
+        seen = self.history.overruns
+        return {**state, "calibration": {k: seen[k][-16:] for k in sorted(seen) if seen[k]}}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        super().restore(state)  # type: ignore[misc]
+        self.history.overruns = {k: [float(x) for x in v]
+                                 for k, v in state.get("calibration", {}).items()}
+
+
+class BoostCalibratedNaive(NaiveCalibrated, BoostPredictedNaive):
     """Reference: ``boost-predicted``'s naive twin on ``NaiveCalibratedHistory``."""
 
     name = "boost-calibrated"
@@ -186,20 +215,6 @@ class BoostCalibratedNaive(BoostPredictedNaive):
         self.history = NaiveCalibratedHistory(self.tasks, self.params)
         self.est = self.history
 
-    def complete(self, i: int, now: float, duration_s: float) -> None:
-        super().complete(i, now, duration_s)
-        self.history.finished(i, duration_s)
-
-    def state(self) -> dict[str, Any] | None:
-        state = super().state()
-        assert state is not None
-        seen = self.history.overruns
-        return {**state, "calibration": {k: seen[k][-16:] for k in sorted(seen) if seen[k]}}
-
-    def restore(self, state: dict[str, Any]) -> None:
-        super().restore(state)
-        self.history.overruns = {k: [float(x) for x in v]
-                                 for k, v in state.get("calibration", {}).items()}
 
 
 BoostCalibrated.naive = BoostCalibratedNaive

@@ -44,7 +44,7 @@ completion and per label.
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from desched.policies.base import PolicyParams
 from desched.policies.boost_ledger import BoostLedger, BoostLedgerNaive
@@ -56,7 +56,12 @@ from desched.policies.boost_predicted import (
 )
 from desched.trace import TaskTable
 from scripts.boost_calibrated import CALIBRATION_WINDOW as WINDOW
-from scripts.boost_calibrated import Calibration, NaiveCalibratedHistory
+from scripts.boost_calibrated import (
+    Calibrated,
+    Calibration,
+    NaiveCalibrated,
+    NaiveCalibratedHistory,
+)
 
 __all__ = ["VARIANTS", "WINDOW", "BoostLedgerCalibrated", "BoostLedgerCalibratedNaive",
            "BoostLedgerRescue", "BoostLedgerRescueNaive", "main"]
@@ -93,7 +98,7 @@ class _Estimator(BoostEstimator):
         return c * k, theta * k
 
 
-class BoostLedgerRescue(BoostLedger):
+class BoostLedgerRescue(Calibrated, BoostLedger):
     """``boost-ledger`` whose labels are scaled down by how much shorter its tenant's last 16
     tasks ran than predicted (module docstring)."""
 
@@ -104,21 +109,8 @@ class BoostLedgerRescue(BoostLedger):
 
     def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
         super().__init__(tasks, params)
-        self.windows = Windows(self.tasks, self.DOWN_ONLY)
-        self.estimator = _Estimator(self.tasks, self.params, self.windows)
-
-    def complete(self, i: int, now: float, duration_s: float) -> None:
-        super().complete(i, now, duration_s)
-        self.windows.observe(i, duration_s)
-
-    def state(self) -> dict[str, Any] | None:
-        state = super().state()
-        assert state is not None
-        return {**state, "calibration": self.windows.state()}
-
-    def restore(self, state: dict[str, Any]) -> None:
-        super().restore(state)
-        self.windows.restore(state.get("calibration", {}))
+        self.calibration = Windows(self.tasks, self.DOWN_ONLY)
+        self.estimator = _Estimator(self.tasks, self.params, self.calibration)
 
 
 class BoostLedgerCalibrated(BoostLedgerRescue):
@@ -155,7 +147,7 @@ class _NaiveHistory(NaiveCalibratedHistory):
         return c * k, theta * k
 
 
-class BoostLedgerRescueNaive(BoostLedgerNaive):
+class BoostLedgerRescueNaive(NaiveCalibrated, BoostLedgerNaive):
     """Reference: ``boost-ledger``'s naive twin on ``_NaiveHistory`` (whose scaled label is
     also the ledger's charge: the twin charges ``est.label_of``)."""
 
@@ -168,20 +160,6 @@ class BoostLedgerRescueNaive(BoostLedgerNaive):
         self.history = _NaiveHistory(self.tasks, self.params, self.DOWN_ONLY)
         self.est = self.history
 
-    def complete(self, i: int, now: float, duration_s: float) -> None:
-        super().complete(i, now, duration_s)
-        self.history.finished(i, duration_s)
-
-    def state(self) -> dict[str, Any] | None:
-        state = super().state()
-        assert state is not None
-        seen = self.history.overruns
-        return {**state, "calibration": {k: seen[k][-16:] for k in sorted(seen) if seen[k]}}
-
-    def restore(self, state: dict[str, Any]) -> None:
-        super().restore(state)
-        self.history.overruns = {k: [float(x) for x in v]
-                             for k, v in state.get("calibration", {}).items()}
 
 
 class BoostLedgerCalibratedNaive(BoostLedgerRescueNaive):

@@ -10,6 +10,7 @@ import json
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -66,10 +67,19 @@ def assert_identical(kernel: SimResult, python: SimResult) -> None:
     assert [c.tobytes() for c in k.parts] == [c.tobytes() for c in p.parts]
 
 
-def both_engines(tasks: TaskTable, name: str, workers: int) -> tuple[SimResult, SimResult]:
-    kernel = simulate(tasks, make_policy(name, tasks), workers, engine="kernel")
-    python = simulate(tasks, make_policy(name, tasks), workers, engine="python")
+def both_engines(tasks: TaskTable, name: str, workers: int,
+                 params: dict[str, Any] | None = None) -> tuple[SimResult, SimResult]:
+    kernel = simulate(tasks, make_policy(name, tasks, params), workers, engine="kernel")
+    python = simulate(tasks, make_policy(name, tasks, params), workers, engine="python")
     return kernel, python
+
+
+def assert_kernel_is_the_loop(tasks: TaskTable, name: str, workers: int,
+                              params: dict[str, Any] | None = None) -> None:
+    """``name``'s kernel ran (not the loop) and decided as the Python loop, bit for bit."""
+    kernel, python = both_engines(tasks, name, workers, params)
+    assert kernel.engine == f"kernel:{name}"
+    assert_identical(kernel, python)
 
 
 @settings(max_examples=150, deadline=None)
@@ -121,10 +131,7 @@ def test_the_ifs_kernels_visit_by_backlog_group_decides_as_the_python_loop(
     for bit, under weights that make the bound stop at once, never, or on a tie."""
     other = "w_short" if name == "ifs-predicted" else "w_wait"
     params = {"w_backlog": w_backlog, other: w_other}
-    kernel = simulate(table, make_policy(name, table, params), workers, engine="kernel")
-    python = simulate(table, make_policy(name, table, params), workers, engine="python")
-    assert kernel.engine == f"kernel:{name}"
-    assert_identical(kernel, python)
+    assert_kernel_is_the_loop(table, name, workers, params)
 
 
 @st.composite
@@ -169,12 +176,7 @@ def test_ifs_counters_reference_values_and_service_floor_keep_the_python_loops_b
     not already rule them out), rebuilding the reference every 64 half-lives: the Python
     loop's decisions, bit for bit, from half-lives far below a task to far above the run."""
     params = {"half_life_s": half_life, "w_service": w_service, "w_wait": w_wait}
-    kernel = simulate(table, make_policy("ifs-counter", table, params), workers,
-                      engine="kernel")
-    python = simulate(table, make_policy("ifs-counter", table, params), workers,
-                      engine="python")
-    assert kernel.engine == "kernel:ifs-counter"
-    assert_identical(kernel, python)
+    assert_kernel_is_the_loop(table, "ifs-counter", workers, params)
 
 
 BOOST_KERNELS = ("boost-predicted", "fair-boost", "boost-lanes", "boost-ledger")
@@ -226,10 +228,7 @@ def test_the_boost_kernels_decide_bit_identically_under_quantiles_and_small_wind
     exp and log1p, the sympathy guard, the corrected VTC counters: the Python loop's bits."""
     if name == "fair-boost":
         params = {k: v for k, v in params.items() if k != "sympathy"}
-    kernel = simulate(table, make_policy(name, table, params), workers, engine="kernel")
-    python = simulate(table, make_policy(name, table, params), workers, engine="python")
-    assert kernel.engine == f"kernel:{name}"
-    assert_identical(kernel, python)
+    assert_kernel_is_the_loop(table, name, workers, params)
 
 
 @settings(max_examples=200, deadline=None)
@@ -242,12 +241,7 @@ def test_the_ledger_kernel_decides_bit_identically_with_many_tenants_owed_and_ov
     the backlogged tenants by oldest queued task), its backlog periods and the completion
     records' corrections of under- and over-estimated overtakers, with up to 40 tenants at
     a few instants: the Python loop's bits."""
-    kernel = simulate(table, make_policy("boost-ledger", table, params), workers,
-                      engine="kernel")
-    python = simulate(table, make_policy("boost-ledger", table, params), workers,
-                      engine="python")
-    assert kernel.engine == "kernel:boost-ledger"
-    assert_identical(kernel, python)
+    assert_kernel_is_the_loop(table, "boost-ledger", workers, params)
 
 
 def test_the_ledger_kernel_takes_alpha_from_the_policy_and_its_guard_changes_decisions(
