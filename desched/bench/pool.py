@@ -38,10 +38,13 @@ def _ends_quickly() -> None:
     streams are flushed and the process exits with status 0, a normal worker's."""
     import atexit
 
-    atexit.register(_exit_now)
+    atexit.register(exit_now)
 
 
-def _exit_now() -> None:
+def exit_now() -> None:
+    """End this process at once with status 0, without the interpreter's teardown: logging
+    and the standard streams flushed first (a pool process's end, ``_ends_quickly``, and a
+    command's, ``desched.cli.exit_without_teardown``)."""
     import logging
     import sys
 

@@ -7,8 +7,6 @@ line on stderr and exit status 2.
 from __future__ import annotations
 
 import importlib
-import logging
-import os
 import sys
 from typing import Any
 
@@ -106,8 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="desched")
     except SystemExit as exc:
         if argv is None and exc.code in (0, None) and _EXIT_WITHOUT_TEARDOWN:
-            logging.shutdown()
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
+            from desched.bench.pool import exit_now
+
+            exit_now()
         raise

@@ -127,14 +127,21 @@ def ledger_push(i: int, t: float, n: int, nt: int, tenant: I64, submit: F64, prm
         fg[2 * nt + k] = t
         sc[5] += 1
         id_[nt + k] = sc[5]
-        p = id_[2 * nt + k]
-        while ic[ttask[p]] == 0:
-            p += 1
-        id_[2 * nt + k] = p
+        ledger_head(k, nt, ttask, ic, id_)
         b = sc[6]
         id_[4 * nt + b] = k
         sc[6] = b + 1
     id_[k] += 1
+
+
+def ledger_head(k: int, nt: int, ttask: I64, ic: I64, id_: I64) -> int:
+    """Tenant ``k``'s head: its pointer moved forward over dispatched tasks to its oldest
+    queued task, which it returns."""
+    p = id_[2 * nt + k]
+    while ic[ttask[p]] == 0:
+        p += 1
+    id_[2 * nt + k] = p
+    return int(ttask[p])
 
 
 def ledger_rank(x: int, lo: int, hi: int, nt: int, submit: F64, ttask: I64,
@@ -197,12 +204,10 @@ def ledger_pop(t: float, n: int, nt: int, workers: int, arrival: I64, ttask: I64
         sc[3] += 1
     j = tenant[i]
     b = sc[6]
-    a = -1
+    charge = ledger_rank(i, 0, b, nt, submit, ttask, id_)
+    a = -1  # j's place in the order where i is its head (it is then ``charge``)
     if ttask[id_[2 * nt + j]] == i:
-        a = ledger_rank(i, 0, b, nt, submit, ttask, id_)
-        charge = a
-    else:
-        charge = ledger_rank(i, 0, b, nt, submit, ttask, id_)
+        a = charge
     label = fe[i] + fe[n + i]
     sc[7] -= 1
     s = ie[n + workers + sc[7]]
@@ -228,11 +233,8 @@ def ledger_pop(t: float, n: int, nt: int, workers: int, arrival: I64, ttask: I64
             id_[4 * nt + q] = id_[4 * nt + q + 1]
         sc[6] = b - 1
     elif a >= 0:
-        p = id_[2 * nt + j]
-        while ic[ttask[p]] == 0:
-            p += 1
-        id_[2 * nt + j] = p
-        c = ledger_rank(ttask[p], a + 1, b, nt, submit, ttask, id_)
+        h = ledger_head(j, nt, ttask, ic, id_)
+        c = ledger_rank(h, a + 1, b, nt, submit, ttask, id_)
         for q in range(a, c - 1):
             id_[4 * nt + q] = id_[4 * nt + q + 1]
         id_[4 * nt + c - 1] = j
