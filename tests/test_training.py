@@ -447,3 +447,29 @@ def test_the_train_command_on_a_warehouse_trains_each_workload_into_its_own_regi
     rows = {k: json.loads((tmp_path / "reg" / k / "v0001" / "card.json").read_text())
             ["data_window"]["rows"] for k in ("runs-a", "runs-b")}
     assert rows == {"runs-a": 400, "runs-b": 300}
+
+
+def test_lightgbm_is_imported_without_scikit_learn_which_stays_importable() -> None:
+    # A fresh interpreter: the model layer's LightGBM import leaves scikit-learn out (a second
+    # of CPU per process), fits and predicts, and scikit-learn imports afterwards as usual.
+    import subprocess
+    import sys
+
+    code = """
+import sys
+import numpy as np
+from desched.models.gbm import import_lightgbm
+lgb = import_lightgbm()
+assert "sklearn" not in sys.modules, "scikit-learn was imported"
+assert import_lightgbm() is lgb is sys.modules["lightgbm"]
+x = np.arange(200, dtype=float).reshape(100, 2)
+booster = lgb.train({"verbose": -1, "min_data_in_leaf": 5}, lgb.Dataset(x, x[:, 0]),
+                    num_boost_round=5)
+assert booster.predict(x).shape == (100,)
+import sklearn.base
+print("ok", sklearn.base.__name__)
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=False, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["ok", "sklearn.base"]

@@ -153,6 +153,32 @@ def test_a_window_controller_changes_the_weights_between_windows(flood_tasks: Ta
     assert wrapped.decisions_by_action[0] > 0 and wrapped.decisions_by_action[-1] > 0
 
 
+@pytest.mark.parametrize("policy", ["ifs-memoryless", "ifs-counter"])
+def test_a_window_controller_on_the_policys_own_queues_sees_what_its_own_index_sees(
+    flood_tasks: TaskTable, policy: str,
+) -> None:
+    # The wrapper reads the IFS scorers' queues instead of keeping an index beside them: the
+    # features (bit for bit), the actions and the decisions are those of the index of its own.
+    actions = action_grid(policy)
+    runs = []
+    for shared in (True, False):
+        inner = make_policy(policy, flood_tasks, {})
+        if not shared:
+            inner.submit_ordered_queues = False  # type: ignore[misc]
+        picks = iter(range(10_000))
+        wrapped = WindowControlled(inner, lambda obs: next(picks) * 7 % len(actions), actions,
+                                   workers=2, window_s=20.0)
+        assert wrapped.shares_queues is shared
+        runs.append((list(simulate(flood_tasks, wrapped, 2).decisions.task),
+                     wrapped.trajectory))
+    (shared_tasks, shared_path), (own_tasks, own_path) = runs
+    assert shared_tasks == own_tasks
+    assert len(shared_path) == len(own_path) > 5
+    for (a, act_a), (b, act_b) in zip(shared_path, own_path, strict=True):
+        assert act_a == act_b
+        assert a.tobytes() == b.tobytes()
+
+
 def test_optuna_starts_from_todays_weights_so_it_never_reports_worse_on_training() -> None:
     train = build_cells([(TINY, 0), (TINY, 1)], workers=2)
     learned = tune_optuna(train, "ifs-memoryless", 2, trials=4, objective=Objective())

@@ -53,10 +53,11 @@ class WindowControlled(Policy):
     action's parameters, then decides exactly as the wrapped policy.
 
     The simulator sees an ordinary policy: the wrapper forwards ``push``, ``pop`` and
-    ``complete`` and keeps counters and a per-tenant index of its own (the queued tasks by
-    submission time, for the features), so it wraps any policy. Cost per decision: the
-    wrapped policy's, plus O(log m) for the index, and O(K) numpy work and one controller
-    call per window.
+    ``complete`` and keeps counters and a per-tenant index of the queued tasks by submission
+    time, for the features, so it wraps any policy. The index is the wrapped policy's own
+    ``queues`` where it declares them such an index (``submit_ordered_queues``: the IFS
+    scorers), else one of its own. Cost per decision: the wrapped policy's, plus O(log m)
+    for an index of its own, and O(K) numpy work and one controller call per window.
     """
 
     name = "adaptive"
@@ -82,8 +83,13 @@ class WindowControlled(Policy):
         self.window_s = window_s
         self.t0 = t0
         self.next_s = t0
-        s = inner.tasks.submit_s
-        self.queues = TenantQueues(inner.tasks, lambda i: (s[i],))
+        # the same arrays, slot for slot, whichever keeps them (Policy.submit_ordered_queues)
+        self.shares_queues = bool(inner.submit_ordered_queues)
+        if self.shares_queues:
+            self.queues: TenantQueues = inner.queues  # type: ignore[attr-defined]
+        else:
+            s = inner.tasks.submit_s
+            self.queues = TenantQueues(inner.tasks, lambda i: (s[i],))
         self.running = 0
         self.arrivals = 0
         self.done = 0
@@ -97,7 +103,8 @@ class WindowControlled(Policy):
 
     def push(self, i: int, now: float) -> None:
         self.arrivals += 1
-        self.queues.push(i)
+        if not self.shares_queues:
+            self.queues.push(i)
         self.inner.push(i, now)
 
     def complete(self, i: int, now: float, duration_s: float) -> None:
@@ -136,7 +143,8 @@ class WindowControlled(Policy):
             self.next_s = self.t0 + self.window_s * (math.floor((now - self.t0) / self.window_s)
                                                      + 1)
         i = self.inner.pop(now)
-        self.queues.remove(i)
+        if not self.shares_queues:
+            self.queues.remove(i)
         self.score, self.parts = self.inner.score, self.inner.parts
         self.running += 1
         self.decisions_by_action[self.action] += 1

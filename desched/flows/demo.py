@@ -12,14 +12,24 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from prefect import flow
+from prefect.utilities.annotations import quote
 
 from desched.tasks import demo as t
 from desched.tasks.demo import DemoSettings, Mode, WeightsCard
 
+T = TypeVar("T")
+
 STEPS = ("workloads", "simulate", "ingest", "train", "tune", "evaluate", "report")
+
+
+def quoted(value: T) -> T:
+    """``value`` for a task's argument, which Prefect hands over as it is, without walking
+    its items for futures and upstream results (``prefect.utilities.annotations.quote``;
+    typed as ``value`` because the task receives it unwrapped)."""
+    return cast(T, quote(value))
 
 
 @flow(name="demo", log_prints=True)
@@ -109,11 +119,11 @@ def _demo(settings: DemoSettings, quick: bool, out: str, run: str | None,
 
     def tune_all() -> dict[str, WeightsCard]:
         ts = t.tune_settings(settings, specs, "optuna")
-        learned = learn_weights(ts, split[0], pool)
-        verdict = judge_heldout(ts, learned, split[1], pool)
+        learned = learn_weights(ts, quoted(split[0]), pool)
+        verdict = judge_heldout(ts, quoted(learned), quoted(split[1]), pool)
         folder = str(dirs["weights"] / "optuna")
-        cards = {"optuna": save_weights(folder, ts, learned, split[0], split[1], verdict,
-                                        command)}
+        cards = {"optuna": save_weights(folder, ts, quoted(learned), quoted(split[0]),
+                                        quoted(split[1]), verdict, command)}
         publish_tuning(cards["optuna"], folder)
         cards["rl"] = rl_job.result()
         publish_tuning(cards["rl"], str(dirs["weights"] / "rl"))
@@ -139,19 +149,24 @@ def _demo(settings: DemoSettings, quick: bool, out: str, run: str | None,
         q1_dirs = {w: r.dirs for w, r in q1.items()}
 
         def assemble(**deploy: Any) -> t.Report:
+            # Every step's results, quoted: Prefect would otherwise walk each of their
+            # hundreds of thousands of items for futures and upstream results (about 1 s a
+            # call here); they hold none, as none of the report's tasks' inputs do.
             report: t.Report = t.assemble_report(
-                run=run, settings=settings, specs=specs, workloads=workloads,
-                ingestion=t.ingestion_of(ingest), q1=q1, eval_rows=eval_rows, cards=cards,
-                trained=trained, sims=sims, steps=progress.steps, total_s=progress.elapsed(),
-                root=root, **deploy)
+                run=run, settings=settings, specs=specs, workloads=quoted(workloads),
+                ingestion=t.ingestion_of(ingest), q1=quoted(q1), eval_rows=quoted(eval_rows),
+                cards=quoted(cards), trained=quoted(trained), sims=quoted(sims),
+                steps=progress.steps, total_s=progress.elapsed(), root=root,
+                **{k: quoted(v) for k, v in deploy.items()})
             return report
 
         # Every figure but the judge's is drawn while the judge's process finishes (on a
         # quiet machine it is the last to end), from a draft without its section.
-        drawn = t.draw_plots(assemble(draft=True), q1_dirs, str(report_dir), sims, pool)
+        drawn = t.draw_plots(quoted(assemble(draft=True)), q1_dirs, str(report_dir),
+                             quoted(sims), pool)
         report = assemble(deploy=deploy_job.result())
-        t.write_report(report, q1_dirs, str(report_dir), sims, pool, drawn)
-        t.publish_report(str(report_dir), report)
+        t.write_report(quoted(report), q1_dirs, str(report_dir), quoted(sims), pool, drawn)
+        t.publish_report(str(report_dir), quoted(report))
         return report
 
     report = progress.run("report", "write the report and publish it as artifacts", write)

@@ -3,6 +3,8 @@
 Modules, lowest first; each imports only modules above it in this list (and ``desched``'s
 core: errors, settings, trace, swf), never one below it:
 
+- ``gbm``: LightGBM, imported without scikit-learn (which it would import for classes
+  desched does not use).
 - ``interfaces``: what a consumer needs of a loaded model (``DurationPredictor``,
   ``MemoryPredictor``). The live service depends on these protocols only.
 - ``cards``: the typed records a registry stores (one card per version) and lists.

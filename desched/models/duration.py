@@ -47,6 +47,7 @@ from desched.models.features import (
     feature_matrix,
     with_history,
 )
+from desched.models.gbm import import_lightgbm
 from desched.models.registry import CARD, ModelUnavailable, Registry, file_sha256
 from desched.today import TODAY_SCORER
 
@@ -374,7 +375,7 @@ class Predictor:
     def booster(self) -> lightgbm.Booster:
         """The same model as ``lightgbm.Booster`` (the reference the fast path must equal)."""
         if self._booster is None:
-            import lightgbm as lgb
+            lgb = import_lightgbm()
 
             self._booster = lgb.Booster(model_file=str(self.model_path))
         return self._booster

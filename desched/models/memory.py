@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from desched.models.cards import MemoryCard, ModelKind
+from desched.models.gbm import import_lightgbm
 from desched.models.registry import ModelUnavailable, Registry
 
 FEATURES: tuple[str, ...] = ("task_type", "log1p(doc_bytes)", "pages")
@@ -65,7 +66,7 @@ class MemoryModel:
 def load(registry: str | Path, version: str | None = None) -> MemoryModel:
     """The champion (or ``version``) of a memory-model registry. Raises ``ModelUnavailable``
     naming what is missing or corrupt."""
-    import lightgbm
+    lightgbm = import_lightgbm()
 
     reg = Registry(registry, ModelKind.MEMORY)
     name = version or reg.champion_or_error()

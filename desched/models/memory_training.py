@@ -21,6 +21,7 @@ from pydantic_settings import SettingsConfigDict
 
 from desched.errors import DeschedError
 from desched.models.cards import MemoryMetrics, MemoryWindow
+from desched.models.gbm import import_lightgbm
 from desched.models.memory import MemoryModel, memory_features
 from desched.settings import DeschedSettings
 
@@ -90,7 +91,7 @@ def train_memory_model(
 ) -> MemoryTrainResult:
     """Fit on the oldest rows, report on the newest ``test_frac``, refit on every row (module
     docstring). Cost: two LightGBM fits of ``rounds`` rounds on one thread."""
-    import lightgbm
+    lightgbm = import_lightgbm()
 
     settings = settings or MemoryModelSettings()
     rows = training_rows(completions)

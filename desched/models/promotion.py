@@ -48,6 +48,7 @@ from desched.models.cards import (
 from desched.models.duration import compile_model as compile_forest
 from desched.models.duration import host_target
 from desched.models.features import FeatureSpec, feature_matrix
+from desched.models.gbm import import_lightgbm
 from desched.models.memory import FEATURES as MEMORY_FEATURES
 from desched.models.memory import TARGET as MEMORY_TARGET
 from desched.models.memory_training import MemoryTrainResult
@@ -194,7 +195,7 @@ def champion_mae_on(
     registry: Registry, champion: str, result: TrainResult
 ) -> tuple[float | None, str | None]:
     """The champion's MAE on ``result``'s held-out rows, or ``(None, why it cannot score)``."""
-    import lightgbm as lgb
+    lgb = import_lightgbm()
 
     test = result.test_frame
     try:
@@ -281,8 +282,9 @@ def _register_duration(
         compile_s = time.perf_counter() - started
     digests = {k: file_sha256(folder / f) for k, f in files.items() if (folder / f).is_file()}
 
-    import lightgbm
     import lleaves
+
+    lightgbm = import_lightgbm()
 
     git, created_at = _provenance(commit)
     card = DurationCard(

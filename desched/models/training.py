@@ -40,6 +40,7 @@ from pydantic_settings import SettingsConfigDict
 
 from desched.errors import DeschedError
 from desched.models.features import FeatureSpec, feature_matrix, with_history
+from desched.models.gbm import import_lightgbm
 from desched.settings import DeschedSettings
 from desched.trace import validate_trace
 
@@ -233,7 +234,7 @@ def fit_model(
     **extra: Any,
 ) -> Model:
     """One LightGBM model with early stopping on the valid slice (L1 on the fitted target)."""
-    import lightgbm as lgb
+    lgb = import_lightgbm()
 
     t_train = np.log(y_train) if log_target else y_train
     t_valid = np.log(y_valid) if log_target else y_valid

@@ -108,6 +108,11 @@ class Policy(ABC):
     task of theirs (a walk over copies of per-tenant state), so that a caller refusing whole
     tenants (a concurrency cap, ``desched.controls``) walks that instead of refusing their
     tasks one by one."""
+    submit_ordered_queues: ClassVar[bool] = False
+    """True where the policy keeps its queued tasks in a ``TenantQueues`` named ``queues``,
+    each tenant's ordered by ``(submit_s,)``, into which ``push`` puts each task and from
+    which ``pop`` removes the head it returns: the per-tenant index a wrapper
+    (``desched.bench.rl.WindowControlled``) would otherwise keep beside it, slot for slot."""
     score_reads_queue: ClassVar[bool] = True
     """Whether a task's ``score`` and ``parts`` depend on the other queued tasks (maxima,
     backlogs); where not, the score a task gets in the pop sequence is the one ``take``

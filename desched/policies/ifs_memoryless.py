@@ -92,6 +92,7 @@ class IfsMemoryless(KernelCacheState, Policy):
     components = IfsMemorylessNaive.components
     naive = IfsMemorylessNaive
     requeue_is_exact = True
+    submit_ordered_queues = True
     params: IfsParams
 
     def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
