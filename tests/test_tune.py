@@ -166,8 +166,8 @@ def test_a_window_controller_on_the_policys_own_queues_sees_what_its_own_index_s
         if not shared:
             inner.submit_ordered_queues = False  # type: ignore[misc]
         picks = iter(range(10_000))
-        wrapped = WindowControlled(inner, lambda obs: next(picks) * 7 % len(actions), actions,
-                                   workers=2, window_s=20.0)
+        wrapped = WindowControlled(inner, lambda obs, picks=picks: next(picks) * 7 % len(actions),
+                                   actions, workers=2, window_s=20.0)
         assert wrapped.shares_queues is shared
         runs.append((list(simulate(flood_tasks, wrapped, 2).decisions.task),
                      wrapped.trajectory))
