@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from desched.bench import demo, pooled_judge
 from desched.bench import judge as jd
 from desched.bench.evaluate import cells_of, run_cell
-from desched.bench.pool import SERIAL, Pool
+from desched.bench.pool import BACKGROUND_NICE, SERIAL, Pool
 from tests.test_judge import write_swf
 
 
@@ -166,6 +167,15 @@ def test_a_submitted_call_runs_beside_the_mapped_ones_and_gives_the_serial_resul
     job = two.submit(run_cell, *args)
     assert text(two(run_cell, [args])) == text([SERIAL.submit(run_cell, *args).result()])
     assert text([job.result()]) == text([run_cell(*args)])
+
+
+@pytest.mark.skipif(not hasattr(os, "nice"), reason="no process priorities here")
+def test_a_submitted_call_yields_the_cores_to_the_mapped_calls_and_the_caller(two: Pool) -> None:
+    # os.nice(0) reports the niceness of the process that runs it: a submitted call's is
+    # BACKGROUND_NICE above the caller's (at most 19), the mapped calls' is the caller's.
+    here = os.nice(0)
+    assert two.submit(os.nice, 0).result() == min(19, here + BACKGROUND_NICE)
+    assert two(os.nice, [(0,), (0,)]) == [here, here]
 
 
 def test_a_prefilled_run_takes_the_parameters_of_the_call_that_first_asks_for_it() -> None:

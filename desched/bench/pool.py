@@ -22,6 +22,7 @@ no thread, lock or Prefect state of the caller. Nothing here imports Prefect.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
@@ -55,6 +56,20 @@ def exit_now() -> None:
         except (OSError, ValueError, AttributeError):
             pass
     os._exit(0)
+
+
+BACKGROUND_NICE = 10
+"""How much lower a ``Pool.submit`` process's CPU priority is than the caller's (``os.nice``):
+it takes the cores the mapped calls and the caller leave idle, and about a tenth of one
+where it competes with them."""
+
+
+def _in_background() -> None:
+    """A ``Pool.submit`` process's initializer: ``_ends_quickly``, at ``BACKGROUND_NICE``
+    (where the system lets a process lower its priority)."""
+    _ends_quickly()
+    with contextlib.suppress(AttributeError, OSError):
+        os.nice(BACKGROUND_NICE)
 
 
 def default_jobs() -> int:
@@ -134,9 +149,11 @@ class Pool:
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Job:
         """Start ``fn(*args)`` now, in the background (``Job.result`` waits for it): on a
-        process of its own beside the ``jobs`` that calls are mapped on (it fills the cores
-        the caller's serial parts leave idle, and mapped calls keep every process), or on
-        the Dask cluster. On a serial pool it runs when its result is asked for."""
+        process of its own beside the ``jobs`` that calls are mapped on, at a lower CPU
+        priority (``BACKGROUND_NICE``): it fills the cores the caller's serial parts leave
+        idle and yields them to the mapped calls, whose results the caller waits for
+        first; or on the Dask cluster. On a serial pool it runs when its result is asked
+        for."""
         if self.address is not None:
             return Job(self._dask_client().submit(fn, *args, pure=False))
         if self.jobs <= 1:
@@ -145,7 +162,7 @@ class Pool:
         from multiprocessing import get_context
 
         executor = ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"),
-                                       initializer=_ends_quickly)
+                                       initializer=_in_background)
         self._background.append(executor)
         return Job(executor.submit(fn, *args))
 

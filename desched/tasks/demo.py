@@ -72,7 +72,7 @@ def prepare_workload(spec: WorkloadSpec, settings: DemoSettings, traces_dir: str
     return demo.prepare_workload(spec, settings, traces_dir)
 
 
-@task(name="simulate-q1-all", cache_policy=NONE, tags=["simulation"])
+@task(name="simulate-q1-all", cache_policy=NONE)
 def simulate_q1_all(workloads: list[Workload], logs_dir: str, runs_dir: str, baseline: str,
                     pool: Pool) -> dict[str, Q1Runs]:
     """The baseline (its decision log) and the rest of Q1's family on every workload, every
@@ -91,7 +91,7 @@ def train_predictors(calls: list[tuple[Any, ...]], pool: Pool) -> list[Predictor
                      costs=[demo.training_rows(c[0], c[-1]) for c in calls]))
 
 
-@task(name="simulate-q3-all", cache_policy=NONE, tags=["simulation"])
+@task(name="simulate-q3-all", cache_policy=NONE)
 def simulate_q3_all(parts: dict[str, tuple[str, int, Candidates]],
                     pool: Pool) -> dict[str, HeldoutRuns]:
     """Every candidate on the held-out part of every workload, each run one call of
@@ -99,7 +99,7 @@ def simulate_q3_all(parts: dict[str, tuple[str, int, Candidates]],
     return demo.simulate_heldout_all(parts, pool)
 
 
-@task(name="evaluate-over-seeds", cache_policy=NONE, tags=["simulation"])
+@task(name="evaluate-over-seeds", cache_policy=NONE)
 def evaluate_over_seeds(cells: list[tuple[str, str, int]], workers: int,
                         pool: Pool) -> list[EvalCell]:
     """``desched.bench.evaluate.run_cell`` of every cell, each one call of ``pool`` (spawned

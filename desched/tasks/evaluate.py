@@ -50,8 +50,7 @@ CELL_INPUTS = CacheKeyFnPolicy(cache_key_fn=_cell_key)
 window (``_cell_key``); with ``TASK_SOURCE``, an edited task computes afresh."""
 
 
-@task(name="evaluate-cell", retries=1, cache_policy=CELL_INPUTS + TASK_SOURCE,
-      tags=["simulation"])
+@task(name="evaluate-cell", retries=1, cache_policy=CELL_INPUTS + TASK_SOURCE)
 def evaluate_cell(
     trace: str, policy: str, seed: int, workers: int, window_s: float | None = None
 ) -> EvalCell:

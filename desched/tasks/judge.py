@@ -67,7 +67,7 @@ def prepare_scenario_case(name: str, tasks: int) -> Case:
     return prepare_scenario(name, cache_dir=None, tasks=tasks, progress=get_run_logger().info)
 
 
-@task(name="judge-cases", cache_policy=NONE, tags=["simulation"])
+@task(name="judge-cases", cache_policy=NONE)
 def judge_cases(cases: list[Case], policies: list[str] | None) -> JudgeResult:
     """Every candidate (and today's scorer and the oracle) on every case; the verdicts."""
     return jd.run_judge(cases, policies, progress=get_run_logger().info)

@@ -31,7 +31,7 @@ __all__ = [  # the tasks, and what the tune flows read of desched.bench through 
 ]
 
 
-@task(name="simulate", cache_policy=NONE, tags=["simulation"])
+@task(name="simulate", cache_policy=NONE)
 def call(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     """``fn(*args)``: one simulation of a tuning run, as a task run on the flow's runner."""
     return fn(*args)
@@ -56,7 +56,7 @@ def tune_with_runner_map(
     return train, heldout, learned, verdict
 
 
-@task(cache_policy=NONE, tags=["simulation"])
+@task(cache_policy=NONE)
 def split_traces(settings: TuneSettings,
                  mapper: Mapper | None = None) -> tuple[list[Cell], list[Cell]]:
     """Training and held-out cells, refused unless disjoint; the reference runs through
@@ -64,14 +64,14 @@ def split_traces(settings: TuneSettings,
     return tuning.split(settings, mapper or serial_map)
 
 
-@task(cache_policy=NONE, tags=["simulation"])
+@task(cache_policy=NONE)
 def learn_weights(settings: TuneSettings, train: list[Cell],
                   mapper: Mapper | None = None) -> LearnerResult:
     """The learner on the training cells; Optuna's runs through ``mapper`` (default: here)."""
     return tuning.learn(settings, train, mapper or serial_map)
 
 
-@task(cache_policy=NONE, tags=["simulation"])
+@task(cache_policy=NONE)
 def judge_heldout(settings: TuneSettings, learned: LearnerResult,
                   heldout: list[Cell], mapper: Mapper | None = None) -> Judgement:
     """The learned weights (and agent) against the reference on traces never trained on;
