@@ -61,7 +61,9 @@ def exit_now() -> None:
 BACKGROUND_NICE = 10
 """How much lower a ``Pool.submit`` process's CPU priority is than the caller's (``os.nice``):
 it takes the cores the mapped calls and the caller leave idle, and about a tenth of one
-where it competes with them."""
+where it competes with them. With Linux's autogroup scheduling (on by default on most
+distributions), priorities rank only among the processes of one session: other work on the
+machine shares the cores with the whole run, not with its background jobs alone."""
 
 
 def _in_background() -> None:
