@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 
 @click.command()
 @click.option("--quick", is_flag=True,
-              help="Small traces and few tuning steps: a first look (95 s on a 2-vCPU machine "
-                   "at load average 3, 166 s at load 12).")
+              help="Small traces and few tuning steps: a first look (about 25 s on a quiet "
+                   "2-vCPU machine).")
 @click.option("--out", default="data/demo", show_default=True,
               type=click.Path(file_okay=False, path_type=Path),
               help="Folder of demo runs: the report goes to OUT/RUN/ (report.md, report.json, "
