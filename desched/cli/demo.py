@@ -47,7 +47,12 @@ def demo(quick: bool, out: Path, run_name: str | None, force: bool, jobs: int | 
 
     def load() -> Callable[..., DemoRun]:
         from desched.flows.demo import demo as run_demo
+        from desched.warehouse.audit import import_gx
 
+        # The ingest step's Great Expectations (about 3 s of imports in this process): paid
+        # here, while this process would otherwise wait for the server, not on the flow's
+        # path.
+        import_gx()
         return run_demo
 
     with early_api(load) as run_demo:  # Prefect's server starts while the flow is imported

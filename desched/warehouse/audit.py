@@ -153,6 +153,17 @@ class AuditResult:
             self.unexpected[rule] = self.unexpected.get(rule, 0) + n
 
 
+def import_gx() -> Any:
+    """The ``great_expectations`` module, its usage statistics off (``GX_ANALYTICS_ENABLED``
+    set before the import), with the config class the auditor needs. About 3 s of CPU the
+    first time in a process: ``desched demo`` pays it while Prefect's server starts."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations as gx
+    import great_expectations.data_context.types.base  # ProgressBarsConfig, for the auditor
+
+    return gx
+
+
 class GxAuditor:
     """An ephemeral GX context with the suite and one pandas dataframe batch definition.
 
@@ -160,8 +171,7 @@ class GxAuditor:
     """
 
     def __init__(self, task_types: TaskTypes) -> None:
-        os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-        import great_expectations as gx
+        gx = import_gx()
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
         # GX pins this module's logger at INFO ("Created temporary directory ..."): let it
