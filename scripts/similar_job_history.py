@@ -123,14 +123,15 @@ def main() -> None:
     if held:
         raise SystemExit(f"error: {', '.join(held)}: held back for the final verdict "
                          "(desched.bench.holdout)")
+    missing = [str(TRACES / f"{n}.swf.gz") for n in args.logs
+               if not (TRACES / f"{n}.swf.gz").is_file()]
+    if missing:
+        raise SystemExit(f"error: {', '.join(missing)}: no such log")
     settings = TrainSettings(num_threads=1)
     print("| log | model | test MAE s | Spearman | longest tenth: median predicted/actual |")
     print("|---|---|---:|---:|---:|")
     for name in args.logs:
-        path = TRACES / f"{name}.swf.gz"
-        if not path.is_file():
-            raise SystemExit(f"error: {path}: no such log")
-        full, _ = import_swf(path)
+        full, _ = import_swf(TRACES / f"{name}.swf.gz")
         full = full.sort("submit_s", maintain_order=True)
         train_part, _ = split_log(full, args.train_frac)
         cut = train_part.height
