@@ -150,6 +150,32 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.fixture(autouse=True)
+def _prefect_workers_stopped() -> Iterator[None]:
+    """After a test that ran a flow in this process, Prefect's events and log workers are
+    drained and stopped. Left running, the events worker's websocket sends a keepalive ping
+    every 20 s whose payload comes from the global ``random`` (``websockets``:
+    ``random.getrandbits``), from a background thread: a ping that lands while Hypothesis
+    draws an example changes the global random state under it, and Hypothesis reports that
+    as a strategy using ``random`` (a deprecation warning now, an error later). The next flow
+    starts new workers."""
+    yield
+    stop_prefect_workers()
+
+
+def stop_prefect_workers() -> None:
+    """Drain and stop Prefect's events and log workers, where Prefect is imported."""
+    import sys
+
+    if "prefect.events.worker" not in sys.modules:
+        return
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for worker in (EventsWorker, APILogWorker):
+        worker.drain_all(timeout=10, at_exit=False)
+
+
 @pytest.fixture(scope="session")
 def prefect_harness() -> Iterator[None]:
     """One Prefect test server for the whole session (about 15 s to start, once)."""
