@@ -216,7 +216,6 @@ class BoostCalibratedNaive(NaiveCalibrated, BoostPredictedNaive):
         self.est = self.history
 
 
-
 BoostCalibrated.naive = BoostCalibratedNaive
 
 

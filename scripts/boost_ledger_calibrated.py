@@ -161,7 +161,6 @@ class BoostLedgerRescueNaive(NaiveCalibrated, BoostLedgerNaive):
         self.est = self.history
 
 
-
 class BoostLedgerCalibratedNaive(BoostLedgerRescueNaive):
     name = "boost-ledger-calibrated"
     summary = BoostLedgerCalibrated.summary

@@ -18,8 +18,8 @@ of the jobs, and, against the log's clairvoyant frontier gain (the judge's ``cas
 - the *reachable share*: the frontier of the same family run on these blended predictions
   (``frontier_of(..., clairvoyant=False)``: the best point *for this very log*, a diagnostic,
   never a policy's parameters), over the clairvoyant frontier gain;
-- ``boost-ledger`` (the recommended policy, defaults) on them: its frontier share and the
-  promises it keeps;
+- the recommended policy (``desched.policies.RECOMMENDED``, ``boost-ledger``; defaults) on
+  them: its frontier share and the promises it keeps;
 - and, per ``alpha``, the one family point that keeps the promises at a frontier share of at
   least 0.8 on the most development logs (could a single policy meet the target at that
   quality?).
@@ -47,9 +47,9 @@ from desched.bench import judge as jd
 from desched.bench.frontier import frontier_of
 from desched.bench.judge_cases import PREDICTED_COLUMNS, Case, log_name
 from desched.bench.verdicts import Thresholds, promise_checks
+from desched.policies import RECOMMENDED
 
 ROOT = Path(__file__).resolve().parents[1]
-RECOMMENDED = "boost-ledger"
 
 
 def blend(frame: pl.DataFrame, alpha: float) -> pl.DataFrame:
@@ -99,9 +99,9 @@ def rows_of(case: Case, alphas: Sequence[float], th: Thresholds,
         rho, ratio = quality(b.frame)
         reachable = frontier_of(b, th, clairvoyant=False)
         for p in reachable.points:
-            kept = p.kept and p.gain is not None and frontier_gain
-            points.setdefault(alpha, {}).setdefault(p.spec, []).append(
-                p.gain / frontier_gain if kept else None)  # type: ignore[operator]
+            kept_share = (p.gain / frontier_gain if p.kept and p.gain is not None
+                          and frontier_gain else None)
+            points.setdefault(alpha, {}).setdefault(p.spec, []).append(kept_share)
         verdict = jd.verdict_of(b, RECOMMENDED, thresholds=th, frontier=False)
         gain = verdict.criteria["gain"].value
         kept_n = sum(promise_checks(verdict))
@@ -139,13 +139,13 @@ def main() -> None:
 
     started = time.perf_counter()
     th = Thresholds()
-    dev = [p for p in jd.default_logs() if not holdout.is_held_back(log_name(Path(p)))]
+    dev = [p for p in jd.default_logs() if not holdout.is_held_back(log_name(p))]
     print("| log | alpha | Spearman | longest tenth: predicted/actual | reachable share "
-          "(best point on these predictions) | boost-ledger frontier share | promises kept |")
+          f"(best point on these predictions) | {RECOMMENDED} frontier share | promises kept |")
     print("|---|---:|---:|---:|---|---:|---:|")
     points: dict[float, dict[str, list[float | None]]] = {}
     for path in dev:
-        case = jd.prepare_log(Path(path), cache_dir=args.cache,
+        case = jd.prepare_log(path, cache_dir=args.cache,
                               settings=TrainSettings(num_threads=1))
         for row in rows_of(case, args.alphas, th, points):
             print(row, flush=True)

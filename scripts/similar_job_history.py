@@ -27,23 +27,19 @@ refused.
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 
 import numpy as np
 import polars as pl
 
-from desched.bench.holdout import HELD_BACK_LOGS
-from desched.bench.judge_cases import log_name, split_log
+from desched.bench.holdout import is_held_back
+from desched.bench.judge_cases import default_logs, log_name, predict_frame, split_log
 from desched.errors import DeschedError
 from desched.models import features
 from desched.models.training import TrainSettings, train
 from desched.swf import import_swf
 
-ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT / "data" / "samples" / "traces"
 SAME_REQUEST: tuple[str, ...] = ("same_req_last_s", "same_req_mean_s", "same_req_n")
 WINDOW = 5
 
@@ -93,45 +89,43 @@ def size_features(extra: Sequence[str]) -> Iterator[None]:
 
 
 def scores(frame: pl.DataFrame, cut: int, settings: TrainSettings) -> dict[str, float]:
-    """Train on ``frame[:cut]``, predict ``frame[cut:]`` (history from the whole frame, as the
-    judge's ``predict_frame``): MAE, Spearman, long jobs' median predicted/actual, CPU s."""
+    """Train on ``frame[:cut]``, predict ``frame[cut:]`` as the judge does (``predict_frame``:
+    history from the whole frame): MAE, Spearman, the longest tenth's median
+    predicted/actual."""
     from scipy.stats import spearmanr
 
-    started = time.process_time()
     result = train(frame[:cut], settings, source="similar-job history")
-    x = features.feature_matrix(features.with_history(frame), result.spec)[cut:]
     y = frame["duration_s"].to_numpy()[cut:]
-    pred = np.maximum(result.model.predict_s(x), 1.0)
+    pred = predict_frame(result, frame, from_row=cut)["predicted_s"].to_numpy()
     longest = y > np.quantile(y, 0.9)
     return {
         "mae_s": float(np.mean(np.abs(pred - y))),
         "spearman": float(spearmanr(y, pred).statistic),
         "long_ratio": float(np.median(pred[longest] / y[longest])),
-        "cpu_s": time.process_time() - started,
     }
 
 
 def main() -> None:
-    dev = sorted(log_name(p) for p in TRACES.glob("*.swf.gz")
-                 if log_name(p) not in HELD_BACK_LOGS)
+    bundled = {log_name(p): p for p in default_logs()}
+    dev = [name for name in bundled if not is_held_back(name)]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--logs", nargs="+", default=dev,
-                        help="development logs under data/samples/traces/ (default: all)")
+                        help="bundled development logs, by name (default: all)")
     parser.add_argument("--train-frac", type=float, default=0.7)
     args = parser.parse_args()
-    held = sorted(set(args.logs) & set(HELD_BACK_LOGS))
+    held = sorted(n for n in args.logs if is_held_back(n))
     if held:
         raise SystemExit(f"error: {', '.join(held)}: held back for the final verdict "
                          "(desched.bench.holdout)")
-    missing = [str(TRACES / f"{n}.swf.gz") for n in args.logs
-               if not (TRACES / f"{n}.swf.gz").is_file()]
+    missing = sorted(set(args.logs) - set(bundled))
     if missing:
-        raise SystemExit(f"error: {', '.join(missing)}: no such log")
+        raise SystemExit(f"error: {', '.join(missing)}: no such bundled log "
+                         f"(known: {', '.join(bundled)})")
     settings = TrainSettings(num_threads=1)
     print("| log | model | test MAE s | Spearman | longest tenth: median predicted/actual |")
     print("|---|---|---:|---:|---:|")
     for name in args.logs:
-        full, _ = import_swf(TRACES / f"{name}.swf.gz")
+        full, _ = import_swf(bundled[name])
         full = full.sort("submit_s", maintain_order=True)
         train_part, _ = split_log(full, args.train_frac)
         cut = train_part.height
