@@ -41,6 +41,8 @@ class Traffic:
     timeout_s: float = 10.0
     batch: int = 3
     pause_s: float = 0.02
+    key_prefix: str = ""
+    """Before every Idempotency-Key (a second traffic on the same service needs its own)."""
     accepted: set[str] = field(default_factory=set)
     completions: Counter[str] = field(default_factory=Counter)
     statuses: Counter[str] = field(default_factory=Counter)
@@ -86,7 +88,7 @@ class Traffic:
         with httpx.Client() as http:
             n = 0
             while self.submitting.is_set():
-                key = f"{name}-{n}"
+                key = f"{self.key_prefix}{name}-{n}"
                 r = self.call(http, "submit", "POST", "/v1/tasks", token,
                               [task() for _ in range(self.batch)], {"Idempotency-Key": key},
                               keep_going=self.submitting)

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import logging
 import os
+import random
+import re
 import shutil
 import signal
 import sqlite3
@@ -31,6 +33,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -75,7 +78,7 @@ def submits_until_refused(svc: InProcess, rounds: int) -> tuple[dict[str, list[s
 
 def assert_stored_exactly(svc: InProcess, acked: dict[str, list[str]], refused: list[str]) -> None:
     """The database holds every acknowledged batch and nothing of a refused one, and the
-    service's memory counts what the database holds."""
+    service's memory (rebuilt, not waiting for a reload) counts what the database holds."""
     stored = stored_tasks(svc.db)
     by_key: dict[str, list[str]] = {}
     for task_id, (_, key) in stored.items():
@@ -85,7 +88,8 @@ def assert_stored_exactly(svc: InProcess, acked: dict[str, list[str]], refused: 
     assert not set(refused) & set(by_key), "a refused submit was stored"
     health = svc.client.get("/healthz").json()
     queued = sum(state == "queued" for state, _ in stored.values())
-    assert (health["queued"], health["status"]) == (queued, "ok")
+    assert health["queued"] == queued and health["status"] in ("ok", "degraded")
+    assert health["detail"] != "reloading state from the database"
 
 
 def test_a_full_sqlite_database_refuses_writes_with_503_and_acknowledges_only_what_it_stored(
@@ -113,6 +117,7 @@ def test_a_full_sqlite_database_refuses_writes_with_503_and_acknowledges_only_wh
         assert retried.status_code == 201
         acked.update(more, **{refused[0]: retried.json()["task_ids"]})
         assert_stored_exactly(svc, acked, refused[1:])
+        assert svc.client.get("/healthz").json()["status"] == "ok"
     finally:
         svc.close()
 
@@ -156,13 +161,20 @@ def test_memory_that_failed_to_reload_after_a_failed_commit_answers_503_until_it
         assert complete.status_code == 503, complete.text
         again = svc.client.post("/v1/tasks", json=task(), headers=a)
         assert again.status_code == 503, again.text
+        assert health["detail"] == "reloading state from the database"
         monkeypatch.setattr(sched.store, "latest_time", latest_time)  # the database is back
         sched.sweep()
+        # Memory is back; the last write the database was asked to take still failed.
         health = svc.client.get("/healthz").json()
-        assert (health["status"], health["queued"], health["leased"]) == ("ok", 1, 1)
+        assert (health["status"], health["queued"], health["leased"]) == ("degraded", 1, 1)
+        assert health["detail"] == (
+            "the database did not take the last write: disk I/O error (injected)"
+        )
         complete = svc.client.post(f"/v1/tasks/{lease['task_id']}/complete", json=done,
                                    headers=w)
         assert complete.status_code == 204, complete.text
+        health = svc.client.get("/healthz").json()
+        assert (health["status"], health["detail"], health["leased"]) == ("ok", None, 0)
         poll = svc.client.post("/v1/poll", json={"worker_id": "w2"}, headers=w)
         assert poll.status_code == 200 and poll.json()["task_id"] != lease["task_id"]
         assert sorted(state for state, _ in stored_tasks(svc.db).values()) == ["done", "leased"]
@@ -216,10 +228,14 @@ def test_a_stderr_that_nobody_reads_never_blocks_the_services_logging(
         logging_thread.join(30)
         stuck.close()
     lines = drain.text().splitlines()
-    assert lines[-2].endswith(f"WARNING desched.service: {dropped} log records dropped: the log "
-                              "queue was full (stderr not read)")
+    # Every dropped record is counted in a notice; there is more than one notice when the
+    # log thread takes a record off the full queue while the logging goes on.
+    notice = re.compile(r"WARNING desched\.service: (\d+) log records dropped: the log queue "
+                        r"was full \(stderr not read\)$")
+    notices = [int(m[1]) for line in lines if (m := notice.search(line))]
+    assert notices and sum(notices) == dropped, (notices, dropped)
     assert lines[-1].endswith("ERROR desched.service: after the stall")
-    assert len(lines) == 20_000 - dropped + 2
+    assert len(lines) == 20_000 - dropped + len(notices) + 1
 
 def chattr(flag: str, *paths: Path) -> None:
     subprocess.run(["chattr", flag, *map(str, paths)], check=True, capture_output=True)
@@ -304,9 +320,17 @@ def settle_traffic(traffic: Traffic, need: int = 1, timeout_s: float = 60.0) -> 
         time.sleep(0.05)
 
 
-def finish(traffic: Traffic, url: str, db: str, log_dir: Path) -> Audit:
-    """Drain the queue at ``url``, then audit; the audit's figures are printed."""
-    traffic.drain(url)
+def finish(traffic: Traffic, service: Service, db: str, log_dir: Path) -> Audit:
+    """Drain ``service``'s queue, then audit; the audit's figures are printed. A queue that
+    never drains fails with what the traffic saw and the first lines of the service's log
+    that are not about requests (where the trouble started)."""
+    try:
+        traffic.drain(service.url)
+    except AssertionError as exc:
+        service.stop()
+        notes = [line for line in service.stderr().splitlines() if " 127.0.0.1:" not in line]
+        log = "\n".join(notes[:60])
+        raise AssertionError(f"{exc}\n{dict(traffic.statuses)}\nservice log:\n{log}") from None
     result = audit(db, traffic, log_dir)
     print(result, dict(traffic.statuses), f"stalls {len(traffic.stalls)}")
     return result
@@ -343,7 +367,7 @@ def test_a_service_paused_past_its_leases_loses_nothing_and_completes_nothing_tw
             late = http.post(f"/v1/tasks/{held['task_id']}/complete",
                              json={"lease_id": held["lease_id"], "duration_s": 1.0}, headers=w2)
         time.sleep(1.0)  # the workers keep going after the pause
-        result = finish(traffic, service.url, db, tmp_path / "logs")
+        result = finish(traffic, service, db, tmp_path / "logs")
         expiries = metric(service.url, "desched_lease_expiries_total")
     finally:
         traffic.stop()
@@ -438,7 +462,7 @@ def test_postgresql_sessions_terminated_mid_transaction_lose_no_acknowledged_tas
             terminated += 1
             time.sleep(0.4)
         time.sleep(1.0)
-        result = finish(traffic, service.url, db, tmp_path / "logs")
+        result = finish(traffic, service, db, tmp_path / "logs")
     finally:
         traffic.stop()
         service.stop()
@@ -461,7 +485,7 @@ def test_postgresql_restarted_under_load_loses_no_acknowledged_task(
         for _ in range(2):
             pg.restart(mode)
             time.sleep(1.0)
-        result = finish(traffic, service.url, db, tmp_path / "logs")
+        result = finish(traffic, service, db, tmp_path / "logs")
         health = httpx.get(f"{service.url}/healthz").json()
     finally:
         traffic.stop()
@@ -469,6 +493,124 @@ def test_postgresql_restarted_under_load_loses_no_acknowledged_task(
     assert not traffic.errors and not traffic.stalls, (traffic.errors[:3], traffic.stalls[:3])
     assert clean(result) == CLEAN and result.acknowledged > 0
     assert (health["status"], health["role"]) == ("ok", "active")
+
+
+RESTART_ROUNDS = int(os.environ.get("DESCHED_PG_RESTART_ROUNDS", "3"))
+"""Rounds of ``test_postgresql_restarted_at_random_moments_...``; more for a soak."""
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_postgresql_restarted_at_random_moments_under_load_serves_again_every_time(
+    pg: ThrowawayPostgres, tmp_path: Path
+) -> None:
+    # One service through RESTART_ROUNDS rounds of traffic, each with one to three restarts
+    # (fast or immediate) at random moments, some while the service is still reconnecting
+    # from the one before; every round must drain, and lose and repeat nothing. Run this
+    # way 23 rounds reproduced, once, the CI failure of 2026-12-06: a psycopg session left
+    # unusable, every write 503 for a minute while /healthz said ok.
+    seed = int(os.environ.get("DESCHED_PG_RESTART_SEED", str(time.time_ns() % 10_000)))
+    rng = random.Random(seed)
+    service, first, db = pg_service(pg, tmp_path, DESCHED_DURABILITY="machine")
+    tokens = first.tokens
+    plans = []
+    try:
+        for _ in range(RESTART_ROUNDS):
+            traffic = Traffic(tokens, [service.url], key_prefix=f"round{len(plans)}-")
+            traffic.start()
+            settle_traffic(traffic)
+            plan = [(rng.choice(["fast", "immediate"]), rng.choice([0.0, 0.05, 0.2, 1.0]) *
+                     rng.random()) for _ in range(rng.randint(1, 3))]
+            plans.append(plan)
+            for mode, pause_s in plan:
+                pg.restart(mode)
+                time.sleep(pause_s)
+            result = finish(traffic, service, db, tmp_path / "logs")
+            assert not traffic.errors and not traffic.stalls, (traffic.errors[:3], plan)
+            assert clean(result) == CLEAN and result.acknowledged > 0, plan
+    finally:
+        service.stop()
+    print(f"seed {seed}: {len(plans)} rounds drained, restarts {plans}")
+
+
+RESTARTS = 30
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_a_store_committing_through_postgresql_restarts_commits_again_after_each_one(
+    pg: ThrowawayPostgres,
+) -> None:
+    # The store of the writer thread, committing batches (``executemany`` in a transaction,
+    # as the writer does) while the server restarts RESTARTS times: after each restart it
+    # commits again, on a session that holds the writer lock. A ``fast`` stop's
+    # "terminating connection" error can end an ``executemany`` in a way that leaves psycopg
+    # in pipeline mode, neither closed nor broken (about one restart in thirty here); before
+    # the store replaced such a session it never committed again.
+    from desched.service.errors import Unavailable
+    from desched.service.store import Store, db_errors
+
+    db = pg.fresh_database()
+    store = Store(db, durability="machine")  # an immediate stop loses no commit
+    store.migrate()
+    assert store.try_writer_lock()
+    store.execute("CREATE TABLE beats (k INTEGER PRIMARY KEY, n INTEGER NOT NULL)")
+    store.execute("INSERT INTO beats SELECT g, 0 FROM generate_series(0, 63) AS g")
+    commits = [0]
+    rows_committed = [0]
+    rows_unsure = [0]  # of failed commits, which may have committed before the failure
+    left_unusable = [0]  # sessions psycopg left neither closed nor broken, yet unusable
+    failures: Counter[str] = Counter()
+    stop = threading.Event()
+
+    def commit_batches() -> None:
+        rows = 1
+        while not stop.is_set():
+            rows = rows % 64 + 1
+            try:
+                with store.transaction():
+                    store.executemany("UPDATE beats SET n = n + 1 WHERE k = ?",
+                                      [(k,) for k in range(rows)])
+                commits[0] += 1
+                rows_committed[0] += rows
+            except (Unavailable, *db_errors()) as exc:
+                failures[str(exc).strip().splitlines()[0][:60]] += 1
+                rows_unsure[0] += rows
+                pgconn = store.conn.pgconn
+                if not (store.conn.closed or store.conn.broken) and (
+                    pgconn.pipeline_status or pgconn.transaction_status == 1  # ACTIVE
+                ):
+                    left_unusable[0] += 1
+                time.sleep(0.01)
+
+    thread = threading.Thread(target=commit_batches)
+    thread.start()
+    try:
+        for r in range(RESTARTS):
+            pg.restart("fast" if r % 3 else "immediate")
+            after = commits[0]
+            deadline = time.monotonic() + 30
+            while commits[0] < after + 2:
+                assert time.monotonic() < deadline, (
+                    f"no commit in 30 s after restart {r + 1}: {dict(failures)}"
+                )
+                time.sleep(0.01)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    try:
+        pid = int(store.execute("SELECT pg_backend_pid()").fetchone()[0])
+        holder = store.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2 "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        ).fetchall()
+        total = store.execute("SELECT sum(n) FROM beats").fetchone()[0]
+    finally:
+        store.close()
+    print(f"{commits[0]} commits through {RESTARTS} restarts, {left_unusable[0]} sessions left "
+          f"unusable; failed tries: {dict(failures)}")
+    assert store.holds_writer_lock and holder == [(pid,)]
+    assert rows_committed[0] <= total <= rows_committed[0] + rows_unsure[0]
 
 
 @pytest.mark.slow
@@ -497,7 +639,7 @@ def test_the_standby_takes_over_without_loss_when_the_active_dies_mid_batch(
             time.sleep(0.02)
         takeover["s"] = time.monotonic() - killed_at
         time.sleep(1.0)
-        result = finish(traffic, standby.url, db, tmp_path / "logs")
+        result = finish(traffic, standby, db, tmp_path / "logs")
     finally:
         traffic.stop()
         active.stop()

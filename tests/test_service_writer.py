@@ -471,3 +471,46 @@ def test_a_recovery_that_fails_still_fails_the_batch_waiters_and_the_writer_goes
         store.close()
     assert seqs_in(db) == {3}
     assert "recovery after a failed commit failed" in [r.getMessage() for r in caplog.records]
+
+
+def test_failing_says_why_from_a_failed_commit_until_a_commit_or_a_checking_idle_round_gets_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # /healthz says degraded while ``failing`` is set: a PostgreSQL session that psycopg had
+    # left unusable once failed every write for a minute while /healthz said ok.
+    store, db = sqlite_store(tmp_path)
+    reached = threading.Event()  # whether an idle round checks the database (PostgreSQL)
+    writer = Writer(store, lambda exc: None, on_idle=reached.is_set, idle_s=0.001)
+    executemany = store.executemany
+
+    def disk_error(sql: str, rows: Any) -> int:
+        raise sqlite3.OperationalError("disk I/O error (injected)\nsecond line")
+
+    writer.start()
+    try:
+        assert writer.failing is None
+        stale = Write("UPDATE tasks SET state = 'done' WHERE seq = ?", (-1,))
+        assert isinstance(writer.add([stale]).exception(10), StaleWrite)
+        assert writer.failing is None  # memory and database disagree; the database works
+        monkeypatch.setattr(store, "executemany", disk_error)
+        failed = writer.add([insert_write(task(1), None, None, None)])
+        assert isinstance(failed.exception(10), sqlite3.OperationalError)
+        assert writer.failing == "disk I/O error (injected)"
+        writer.add([]).result(10)  # a barrier writes nothing, and an idle round checks nothing
+        time.sleep(0.05)
+        assert writer.failing == "disk I/O error (injected)"
+        monkeypatch.setattr(store, "executemany", executemany)
+        writer.add([insert_write(task(2), None, None, None)]).result(10)
+        assert writer.failing is None
+        monkeypatch.setattr(store, "executemany", disk_error)
+        assert writer.add([insert_write(task(3), None, None, None)]).exception(10) is not None
+        assert writer.failing == "disk I/O error (injected)"
+        reached.set()
+        deadline = time.monotonic() + 10
+        while writer.failing is not None:
+            assert time.monotonic() < deadline, "a checking idle round did not clear it"
+            time.sleep(0.001)
+    finally:
+        writer.stop(timeout_s=5)
+        store.close()
+    assert seqs_in(db) == {2}

@@ -261,29 +261,31 @@ class Scheduler:
         self.active = False
         self.counters.demotions += 1
 
-    def _idle(self) -> None:
+    def _idle(self) -> bool:
         """Called by the writer thread, on its own connection, every ``standby_poll_s`` it
         has nothing to write: a standby tries the writer lock and takes over when it gets it;
         an active service checks that its session (and so its lock) is still there. A database
-        that cannot be reached raises (the writer says so once per outage)."""
+        that cannot be reached raises (the writer says so once per outage). Whether it reached
+        the database (SQLite: nothing to check)."""
         store = self.write_store
         if store.dialect is Dialect.SQLITE:
-            return
+            return False
         try:
             if store.holds_writer_lock:
                 store.ping()
                 if self.active:
-                    return  # else a takeover whose rebuild failed: try it again
+                    return True  # else a takeover whose rebuild failed: try it again
             elif not store.try_writer_lock():
-                return
+                return True
         except LostLeadership as exc:
             with self.lock:
                 self._demote(exc)
-            return
+            return True
         with self.lock:
             self._activate()
             self.counters.takeovers += 1
         logger.warning("took over: this service holds the writer lock and serves")
+        return True
 
     def _require_active(self) -> None:
         """``Standby`` (503, Retry-After) unless this process serves; ``Unavailable`` while
@@ -767,9 +769,18 @@ class Scheduler:
     def health(self) -> Health:
         """What ``/healthz`` answers: the role, the policy in force and the queue sizes."""
         with self.lock:
-            status = "degraded" if self._stale else "ok"
+            failing = self.writer.failing
+            if not self.active:
+                status, detail = "standby", None
+            elif self._stale:
+                status, detail = "degraded", "reloading state from the database"
+            elif failing is not None:
+                status, detail = "degraded", f"the database did not take the last write: {failing}"
+            else:
+                status, detail = "ok", None
             return Health(
-                status=status if self.active else "standby",
+                status=status,
+                detail=detail,
                 role="active" if self.active else "standby",
                 policy=self.host.spec.name,
                 params=self.host.policy.params.model_dump() if self.active else {},

@@ -170,8 +170,10 @@ class Problem(Body):
 class Health(Body):
     status: str = Field(
         description="ok; degraded while memory waits to be rebuilt from an unreachable "
-        "database; standby while another service holds the writer lock"
+        "database, or from a failed write until a write or a check of the database gets "
+        "through; standby while another service holds the writer lock"
     )
+    detail: str | None = Field(None, description="why the status is degraded")
     role: str = Field(
         "active",
         description="active (holds the database's writer lock and serves) or standby",

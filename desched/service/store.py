@@ -118,6 +118,7 @@ ADDED_COLUMNS = (
 database."""
 _ADVISORY_KEY = 0x64657363  # "desc"
 _MIGRATE_KEY = 0x6D696772  # "migr": serialises concurrent migrations on PostgreSQL
+_TRY_LOCK = "SELECT pg_try_advisory_lock(CAST(? AS INTEGER), hashtext(current_schema()))"
 PG_KEEPALIVE_S = (5, 2, 3)
 """TCP keepalive idle, interval (seconds) and count the server uses on each session."""
 TOKEN_EPOCH_KEY = "token_epoch"
@@ -358,6 +359,8 @@ class Store:
         self.dialect, self.target = parse_db(url)
         self._lock_file: Any = None
         self._holds_pg_lock = False
+        self._relock = False
+        """A lost session held the writer lock: the next statement takes it again first."""
         self.lock_attempts = 0
         self.conn: Any
         self._connect()
@@ -378,34 +381,69 @@ class Store:
             import psycopg
 
             try:
-                self.conn = psycopg.connect(self.target, autocommit=True, connect_timeout=10)
+                conn = psycopg.connect(self.target, autocommit=True, connect_timeout=10)
             except psycopg.OperationalError as exc:
                 # Unavailable (a DeschedError): one line at start-up, and a 503 to retry, not
                 # a 400, when a request finds the server down (a restart) and reconnects.
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else "no detail"
                 raise Unavailable(f"cannot connect to PostgreSQL: {first}") from None
-            sync = "off" if durability == "process" else "on"
-            self.conn.execute(f"SET synchronous_commit = {sync}")
-            idle, interval, count = PG_KEEPALIVE_S
-            self.conn.execute(f"SET tcp_keepalives_idle = {idle}")
-            self.conn.execute(f"SET tcp_keepalives_interval = {interval}")
-            self.conn.execute(f"SET tcp_keepalives_count = {count}")
+            try:
+                sync = "off" if durability == "process" else "on"
+                conn.execute(f"SET synchronous_commit = {sync}")
+                idle, interval, count = PG_KEEPALIVE_S
+                conn.execute(f"SET tcp_keepalives_idle = {idle}")
+                conn.execute(f"SET tcp_keepalives_interval = {interval}")
+                conn.execute(f"SET tcp_keepalives_count = {count}")
+            except BaseException:
+                conn.close()  # half set up: the next statement connects again
+                raise
+            self.conn = conn
 
     def _alive(self) -> None:
-        """Reconnect a PostgreSQL session that was lost (server restart, killed backend),
-        taking the writer lock again if this session held it (``LostLeadership`` when another
-        service took it meanwhile). The statement that found the connection broken has
-        already failed; this makes the next one work."""
-        if self.dialect is Dialect.SQLITE or not (self.conn.closed or self.conn.broken):
+        """Reconnect a PostgreSQL session that was lost (server restart, killed backend) or
+        left unusable, then take the writer lock again if the lost session held it
+        (``LostLeadership`` when another service took it meanwhile). The statement that
+        found the session lost has already failed; this makes the next one work. A lock
+        that could not be asked for again (the server went away once more) is asked for
+        before the next statement, never skipped."""
+        if self.dialect is Dialect.SQLITE:
             return
-        self._connect()
-        if self._holds_pg_lock:
-            self._holds_pg_lock = False
-            if not self.try_writer_lock():
+        if self._session_lost():
+            if self._holds_pg_lock:
+                self._holds_pg_lock, self._relock = False, True
+            self.conn.close()
+            self._connect()  # a failure leaves it closed: the next statement connects again
+        if self._relock:
+            row = self.conn.execute(
+                self._sql(_TRY_LOCK), (_ADVISORY_KEY,)
+            ).fetchone()  # a failure leaves _relock set: the next statement asks again
+            self._relock = False
+            self._holds_pg_lock = bool(row[0])
+            if not self._holds_pg_lock:
                 raise LostLeadership(
                     "lost the database session, and another desched service took the "
                     "writer lock meanwhile: standing by"
                 )
+
+    def _session_lost(self) -> bool:
+        """Whether the PostgreSQL session cannot run the next statement: closed, broken, or
+        left mid-command. When the server's "terminating connection" error interrupts a call
+        before the socket is seen closed, psycopg may leave the connection neither closed nor
+        broken but in pipeline mode (an ``executemany``: "cannot exit pipeline mode while
+        busy") or with a command's results unread ("another command is already in
+        progress"); every statement after that fails in the client without touching the
+        socket, so only a reconnect gets out of it. Between two statements of the one thread
+        that uses a ``Store``, neither state is ever legitimate."""
+        from psycopg import pq
+
+        conn = self.conn
+        if conn.closed or conn.broken:
+            return True
+        busy = (pq.TransactionStatus.ACTIVE, pq.TransactionStatus.UNKNOWN)
+        pgconn = conn.pgconn
+        return bool(
+            pgconn.pipeline_status != pq.PipelineStatus.OFF or pgconn.transaction_status in busy
+        )
 
     def close(self) -> None:
         try:
@@ -493,8 +531,10 @@ class Store:
 
     @property
     def holds_writer_lock(self) -> bool:
-        """Whether this connection holds the writer lock (``try_writer_lock``)."""
-        return self._holds_pg_lock or self._lock_file is not None
+        """Whether this connection holds the writer lock (``try_writer_lock``); also while
+        its lost session's lock is being taken again (the next statement takes it, or
+        raises ``LostLeadership``)."""
+        return self._holds_pg_lock or self._relock or self._lock_file is not None
 
     def try_writer_lock(self) -> bool:
         """Take the lock that makes this the one service writing the database, unless another
@@ -504,10 +544,7 @@ class Store:
             return True
         self.lock_attempts += 1
         if self.dialect is Dialect.POSTGRES:
-            row = self.execute(
-                "SELECT pg_try_advisory_lock(CAST(? AS INTEGER), hashtext(current_schema()))",
-                (_ADVISORY_KEY,),
-            ).fetchone()
+            row = self.execute(_TRY_LOCK, (_ADVISORY_KEY,)).fetchone()
             self._holds_pg_lock = bool(row[0])
             return self._holds_pg_lock
         import fcntl

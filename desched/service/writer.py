@@ -31,6 +31,9 @@ Invariants:
   ``on_idle`` that cannot reach the database (``Unavailable``, a driver error) is logged
   once when that starts and once when a round or a commit gets through (``Outage``), not
   every round.
+- ``failing`` says why the database did not take the last batch or idle check, from that
+  failure until a batch commits or an idle round that checked the database (``on_idle``
+  returned True) gets through: ``/healthz`` says degraded meanwhile.
 
 One transaction per batch instead of per request amortises the round trip and the WAL flush
 that a single writer cannot overlap: requests that arrive while one batch commits share the
@@ -89,6 +92,12 @@ def shutting_down(detail: str) -> Unavailable:
     return exc
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of what ``exc`` says (its class's name when it says nothing)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 class Outage:
     """Says when ``what`` stops answering and when it answers again: one warning each, not
     one per failed try (a database server's restart is not an error of the service).
@@ -103,9 +112,8 @@ class Outage:
     def lost(self, exc: BaseException) -> None:
         if self.since is None:
             self.since = time.monotonic()
-            text = str(exc).strip()
-            why = text.splitlines()[0] if text else type(exc).__name__
-            logger.warning("%s is lost, retrying every %.2f s: %s", self.what, self.retry_s, why)
+            logger.warning("%s is lost, retrying every %.2f s: %s", self.what, self.retry_s,
+                           first_line(exc))
 
     def over(self) -> None:
         if self.since is not None:
@@ -120,7 +128,7 @@ class Writer(threading.Thread):
         self,
         store: Store,
         on_failure: Callable[[BaseException], None],
-        on_idle: Callable[[], None] | None = None,
+        on_idle: Callable[[], bool | None] | None = None,
         idle_s: float = 0.25,
         after_batch: Callable[[], None] | None = None,
     ) -> None:
@@ -140,6 +148,9 @@ class Writer(threading.Thread):
         self.batches = 0
         self._stop_deadline: float | None = None
         self.outage = Outage("the writer's database session", idle_s)
+        self.failing: str | None = None
+        """Why the database did not take the last batch or idle check, until one gets
+        through (module docstring); read by ``/healthz`` from other threads."""
         self.unreachable: tuple[type[Exception], ...] = (Unavailable, *db_errors())
 
     def add(self, writes: Sequence[Write], after: Callable[[], None] | None = None) -> Pending:
@@ -224,17 +235,22 @@ class Writer(threading.Thread):
             if idle:
                 assert self.on_idle is not None
                 try:
-                    self.on_idle()
+                    checked = self.on_idle()
                 except self.unreachable as exc:  # the next round reconnects
                     self.outage.lost(exc)
+                    self.failing = first_line(exc)
                 except Exception:  # the next round tries again
                     logger.exception("writer idle round failed")
                 else:
                     self.outage.over()
+                    if checked:
+                        self.failing = None
                 continue
             try:
                 self.commit(writes)
             except BaseException as exc:  # noqa: BLE001 - every waiter must hear of it
+                if isinstance(exc, self.unreachable) and not isinstance(exc, StaleWrite):
+                    self.failing = first_line(exc)
                 try:
                     self.on_failure(exc)  # memory is rebuilt before any waiter wakes up
                 except Exception:  # the writer must outlive a failed recovery
@@ -244,6 +260,7 @@ class Writer(threading.Thread):
             self.batches += 1
             if writes:  # it reached the database
                 self.outage.over()
+                self.failing = None
             if afters:
                 self._run_afters(afters)
             self._settle_batch(waiters, None)
@@ -253,6 +270,7 @@ class Writer(threading.Thread):
         with self.cond:
             self.in_flight = []
         settle(waiters, exc)
+
     def _run_afters(self, afters: list[Callable[[], None]]) -> None:
         """The committed batch's ``after`` callables, then ``after_batch``; a failure is
         logged and does not keep the waiters from hearing of their commit."""
