@@ -61,6 +61,20 @@ def pg_db() -> Iterator[str]:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+def lock_holder(db: str) -> int | None:
+    """The backend pid holding the service's writer lock on ``db``, if any (this database
+    only: a service of another test, on another database, holds a lock with the same key)."""
+    import psycopg
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "AND classid = CAST(1684370275 AS oid) AND objsubid = 2"
+        ).fetchone()
+    return None if row is None else int(row[0])
+
+
 def pair(db: str, tmp: Path, **env: str) -> tuple[Service, Service, Tokens]:
     """An active service and a standby on ``db``, with the same settings."""
     tokens = add_principals(db)
@@ -225,16 +239,10 @@ def test_a_service_whose_writer_session_is_lost_while_a_standby_takes_over_stand
         (queued,) = httpx.post(
             f"{first.url}/v1/tasks", json=[task()], headers=auth(tokens.tenant_a)
         ).json()["task_ids"]
+        holder = lock_holder(pg_db)
+        assert holder is not None
         with psycopg.connect(pg_db, autocommit=True) as conn:
-            holder = conn.execute(
-                # this test's database only: a service of another test (another database)
-                # holds a lock with the same key
-                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
-                "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-                "AND classid = CAST(1684370275 AS oid) AND objsubid = 2"
-            ).fetchone()
-            assert holder is not None
-            conn.execute("SELECT pg_terminate_backend(%s)", holder)
+            conn.execute("SELECT pg_terminate_backend(%s)", (holder,))
         # Generous: the handover itself takes well under a second (README), but a loaded CI
         # box can stall both processes; the test is about the end state, not the speed.
         deadline = time.monotonic() + 90

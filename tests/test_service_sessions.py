@@ -23,18 +23,7 @@ import psycopg
 import pytest
 
 from desched.service.store import Store
-from tests.test_service_ha import pg_db  # noqa: F401 - the fixture
-
-
-def lock_holder(db: str) -> int | None:
-    """The backend pid holding the service's writer lock on ``db``, if any."""
-    with psycopg.connect(db, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
-            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-            "AND classid = CAST(1684370275 AS oid) AND objsubid = 2"
-        ).fetchone()
-    return None if row is None else int(row[0])
+from tests.test_service_ha import lock_holder, pg_db  # noqa: F401 - pg_db: the fixture
 
 
 def backend_pid(store: Store) -> int:

@@ -52,8 +52,7 @@ Invariants, each enforced under one lock (``lock``):
   has no standby: a second service on the same file is refused at start.
 - Cancellation: a tenant's queued task leaves the policy (``Policy.remove``: no per-tenant
   charge); a leased one loses its lease, and its worker's next heartbeat, completion or
-  failure gets 410 (``Gone``). Either is a conditional write; repeating a cancel changes
-  nothing.
+  failure gets 410 (``Gone``). Either is a conditional write; a repeated cancel changes nothing.
 - Tenant controls (``admission``): weights, caps, rate limits and priority levels are read
   from the store at every rebuild and, when their epoch moved, every sweep
   (``refresh_controls``); a leased task counts against its tenant's cap until its lease
@@ -62,11 +61,10 @@ Invariants, each enforced under one lock (``lock``):
   when the database's token epoch moved (a revocation) and acknowledges the epoch.
 
 The mechanism never branches on which policy runs; it reads only the policy's declared
-``reads`` to refuse one that needs predictions when no predictor is loaded.
-
-A poll that states the worker's ``free_mem_mb`` gets the policy's first candidate predicted
-to fit in it (``dispatch``, memory-aware dispatch); the policy is then exactly as if only that
-task had been dispatched.
+``reads`` to refuse one that needs predictions when no predictor is loaded. A poll that
+states the worker's ``free_mem_mb`` gets the policy's first candidate predicted to fit in it
+(``dispatch``, memory-aware dispatch); the policy is then exactly as if only that task had
+been dispatched.
 
 Memory: live tasks cost a ``LiveTask`` each and leave memory when they end; the
 ``TaskTable`` keeps one row per task submitted since the start, about 150 bytes for a
@@ -118,7 +116,7 @@ from desched.service.records import (
     TaskState,
     request_digest,
 )
-from desched.service.schemas import Health, TaskView
+from desched.service.schemas import Health, TaskView, health_status
 from desched.service.store import (
     CONTROLS_EPOCH_SEEN_KEY,
     TOKEN_EPOCH_SEEN_KEY,
@@ -264,9 +262,8 @@ class Scheduler:
     def _idle(self) -> bool:
         """Called by the writer thread, on its own connection, every ``standby_poll_s`` it
         has nothing to write: a standby tries the writer lock and takes over when it gets it;
-        an active service checks that its session (and so its lock) is still there. A database
-        that cannot be reached raises (the writer says so once per outage). Whether it reached
-        the database (SQLite: nothing to check)."""
+        an active one checks that its session (and so its lock) is still there. Whether it
+        reached the database (SQLite: no check); an unreachable one raises."""
         store = self.write_store
         if store.dialect is Dialect.SQLITE:
             return False
@@ -769,15 +766,7 @@ class Scheduler:
     def health(self) -> Health:
         """What ``/healthz`` answers: the role, the policy in force and the queue sizes."""
         with self.lock:
-            failing = self.writer.failing
-            if not self.active:
-                status, detail = "standby", None
-            elif self._stale:
-                status, detail = "degraded", "reloading state from the database"
-            elif failing is not None:
-                status, detail = "degraded", f"the database did not take the last write: {failing}"
-            else:
-                status, detail = "ok", None
+            status, detail = health_status(self.active, self._stale, self.writer.failing)
             return Health(
                 status=status,
                 detail=detail,

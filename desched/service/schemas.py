@@ -167,6 +167,18 @@ class Problem(Body):
     )
 
 
+def health_status(active: bool, stale: bool, failing: str | None) -> tuple[str, str | None]:
+    """``/healthz``'s status and why: standby; degraded while memory is being reloaded
+    (``stale``) or from a write the database did not take (``Writer.failing``); else ok."""
+    if not active:
+        return "standby", None
+    if stale:
+        return "degraded", "reloading state from the database"
+    if failing is not None:
+        return "degraded", f"the database did not take the last write: {failing}"
+    return "ok", None
+
+
 class Health(Body):
     status: str = Field(
         description="ok; degraded while memory waits to be rebuilt from an unreachable "

@@ -426,14 +426,12 @@ class Store:
                 )
 
     def _session_lost(self) -> bool:
-        """Whether the PostgreSQL session cannot run the next statement: closed, broken, or
-        left mid-command. When the server's "terminating connection" error interrupts a call
-        before the socket is seen closed, psycopg may leave the connection neither closed nor
-        broken but in pipeline mode (an ``executemany``: "cannot exit pipeline mode while
-        busy") or with a command's results unread ("another command is already in
-        progress"); every statement after that fails in the client without touching the
-        socket, so only a reconnect gets out of it. Between two statements of the one thread
-        that uses a ``Store``, neither state is ever legitimate."""
+        """Whether the PostgreSQL session cannot run a statement: closed, broken, or left
+        mid-command. A "terminating connection" error read before the socket is seen closed
+        can leave psycopg neither closed nor broken but in pipeline mode (``executemany``) or
+        with results unread; every statement then fails in the client, never reaching the
+        socket. Between two statements of the one thread using a ``Store``, neither state is
+        ever legitimate."""
         from psycopg import pq
 
         conn = self.conn
@@ -494,9 +492,8 @@ class Store:
             raise
 
     def migrate(self) -> None:
-        """Create the tables if they do not exist, and add the columns later versions added
-        to an older database (idempotent; two services starting at once on PostgreSQL take
-        turns)."""
+        """Create missing tables, and add the columns later versions added to an older
+        database (idempotent; services starting at once on PostgreSQL take turns)."""
         with self.transaction():
             if self.dialect is Dialect.POSTGRES:
                 self.execute(
@@ -577,8 +574,7 @@ class Store:
         self.execute("SELECT 1").fetchall()
 
     def service_running(self) -> bool:
-        """Whether some service holds the writer lock of this database now (read without
-        taking it)."""
+        """Whether some service holds this database's writer lock now (read, not taken)."""
         if self.holds_writer_lock:
             return True
         if self.dialect is Dialect.POSTGRES:
