@@ -122,6 +122,54 @@ def test_a_full_sqlite_database_refuses_writes_with_503_and_acknowledges_only_wh
         svc.close()
 
 
+def test_a_keyed_submit_whose_database_read_stalls_holds_up_neither_polls_nor_healthz(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # It did: the key's read ran on the event loop under the scheduler's lock, so a
+    # PostgreSQL paused for 3 s held /healthz for 2.98 s and every poll with it.
+    svc = InProcess(tmp_path)
+    sched, a, w = svc.scheduler, auth(svc.tokens.tenant_a), auth(svc.tokens.worker)
+    entered, release = threading.Event(), threading.Event()
+    batch = sched.store.batch
+
+    def stalled(tenant: str, key: str) -> list[tuple[str, str | None]]:
+        entered.set()
+        release.wait(30)
+        return batch(tenant, key)
+
+    answers: dict[str, httpx.Response] = {}
+    submit = threading.Thread(target=lambda: answers.update(keyed=svc.client.post(
+        "/v1/tasks", json=task(), headers={**a, "Idempotency-Key": "k1"})))
+    valve = threading.Timer(20, release.set)  # were the loop blocked, this would free it
+    try:
+        assert svc.client.post("/v1/tasks", json=[task(), task()], headers=a).status_code == 201
+        # The worker's token is known from its first poll, as in any running fleet (a token
+        # not yet cached is read under the same read lock as the key); the housekeeper's
+        # first sweep after the start drops the cache, so the poll comes after it.
+        deadline = time.monotonic() + 10
+        while sched.tokens.epoch < 0:
+            assert time.monotonic() < deadline, "the housekeeper never read the token epoch"
+            time.sleep(0.01)
+        assert svc.client.post("/v1/poll", json={"worker_id": "w"}, headers=w).status_code == 200
+        monkeypatch.setattr(sched.store, "batch", stalled)
+        valve.start()
+        submit.start()
+        assert entered.wait(10)
+        health = svc.client.get("/healthz")
+        poll = svc.client.post("/v1/poll", json={"worker_id": "w"}, headers=w)
+        answered_during_stall = not release.is_set()
+        release.set()
+        submit.join(30)
+    finally:
+        release.set()
+        valve.cancel()
+        svc.close()
+    assert answered_during_stall, "/healthz and a poll waited for the stalled read"
+    assert (health.status_code, health.json()["queued"]) == (200, 1)
+    assert poll.status_code == 200, poll.text
+    assert answers["keyed"].status_code == 201, answers["keyed"].text
+
+
 def test_memory_that_failed_to_reload_after_a_failed_commit_answers_503_until_it_reloads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

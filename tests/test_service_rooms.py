@@ -1,18 +1,26 @@
 """The live scheduler's rooms on their own: the lease book against a naive model, the
-``/metrics`` exposition read back by Prometheus's own parser, and SQL kept in the store."""
+``/metrics`` exposition read back by Prometheus's own parser, SQL kept in the store, and the
+idempotency keys committed between the database read and the scheduler's lock."""
 
 from __future__ import annotations
 
 import math
 import re
+import threading
+from concurrent.futures import Future
 from pathlib import Path
+from typing import cast
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
+from desched.service import idempotency
+from desched.service.errors import Conflict
 from desched.service.leases import LeaseBook
 from desched.service.records import LiveTask
+from desched.service.store import Store
 from desched.service.telemetry import LATENCY_BUCKETS_S, Snapshot, Telemetry
 
 SERVICE = Path(__file__).resolve().parents[1] / "desched" / "service"
@@ -119,3 +127,45 @@ def test_no_service_module_but_the_store_holds_sql() -> None:
     ]
     assert offenders == []
     assert SQL.search((SERVICE / "store.py").read_text())
+
+
+class CountingStore:
+    """Stands for the store's ``batch`` read: what the database holds, and how often asked."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, str], list[tuple[str, str | None]]] = {}
+        self.reads = 0
+
+    def batch(self, tenant: str, key: str) -> list[tuple[str, str | None]]:
+        self.reads += 1
+        return list(self.rows.get((tenant, key), []))
+
+
+def test_a_key_committed_between_the_read_and_the_lock_is_replayed_not_created_again() -> None:
+    # The scheduler reads the database before its lock: a submit committed in between is
+    # neither in the read nor in flight any more; ``recent`` has it.
+    db = CountingStore()
+    keys = idempotency.SubmitKeys(cast(Store, db), threading.Lock())
+    first: Future[None] = Future()
+    keys.remember("t", "k", ["a", "b"], "d", first)
+    read_before = keys.stored("t", "k")  # the retry's read, before the first commits
+    assert read_before == []
+    db.rows["t", "k"] = [("a", "d"), ("b", "d")]
+    first.set_result(None)  # committed: out of flight
+    assert keys.earlier("t", "k", "d", read_before) == (["a", "b"], None)
+    with pytest.raises(Conflict):
+        keys.earlier("t", "k", "other", read_before)
+    # A submit whose commit failed is forgotten: its key is free again.
+    failed: Future[None] = Future()
+    keys.remember("t", "k2", ["c"], "d", failed)
+    failed.set_exception(RuntimeError("no commit"))
+    assert keys.earlier("t", "k2", "d", []) is None
+    # Without a read given, it reads; recent keys leave oldest first past RECENT_IDS ids.
+    reads = db.reads
+    assert keys.earlier("t", "k3", "d") is None and db.reads == reads + 1
+    for j in range(3):
+        done: Future[None] = Future()
+        keys.remember("t", f"big{j}", [f"x{j}"] * (idempotency.RECENT_IDS // 2), "d", done)
+        done.set_result(None)
+    assert keys.earlier("t", "k", "d", []) is None  # gone from recent: only a read finds it
+    assert keys.earlier("t", "big2", "d", []) == (["x2"] * (idempotency.RECENT_IDS // 2), None)

@@ -279,8 +279,10 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
     ) -> m.Submitted:
         """Submit one task or a list; the predicted duration is computed here, once."""
         items = body if isinstance(body, list) else [body]
-        ids, created, pending = sched.submit(
-            tenant, [NewTask(**t.model_dump()) for t in items], idempotency_key
+        # In a worker thread: a keyed submit reads the database (``idempotency``), and a
+        # database that stalls must not stop the event loop, /healthz and polls included.
+        ids, created, pending = await run_in_threadpool(
+            sched.submit, tenant, [NewTask(**t.model_dump()) for t in items], idempotency_key
         )
         await committed(pending)
         if not created:

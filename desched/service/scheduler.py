@@ -162,11 +162,7 @@ class Scheduler:
         standby_poll_s: float = 0.25,
     ) -> None:
         self.store = store
-        self.write_store = (
-            write_store
-            if write_store is not None
-            else Store(store.url, durability=store.durability)
-        )
+        self.write_store = write_store or Store(store.url, durability=store.durability)
         self.max_retries = max_retries
         self.clock = clock if clock is not None else Clock()
         self.log = log
@@ -467,14 +463,17 @@ class Scheduler:
         With ``idempotency_key``, a repeat of an earlier submit (committed or still being
         committed) returns the earlier ids and creates nothing; the same key with other
         content is a ``Conflict``. Predictions are computed here, once, and stored; the
-        memory model runs before the lock is taken, so polls do not wait behind it.
+        memory model and the key's database read run before the lock is taken, so polls
+        never wait behind them (``idempotency``).
         """
         digest = request_digest(items) if idempotency_key is not None else ""
         memory = self.predictions.memory_mb(tenant, items)
+        key = idempotency_key
+        stored = self.keys.stored(tenant, key) if key is not None and self.active else None
         with self.lock:
             self._require_active()
             if idempotency_key is not None:
-                earlier = self.keys.earlier(tenant, idempotency_key, digest)
+                earlier = self.keys.earlier(tenant, idempotency_key, digest, stored)
                 if earlier is not None:
                     return earlier[0], False, earlier[1]
             now = self.clock()
