@@ -17,11 +17,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -259,6 +262,22 @@ class ThrowawayPostgres:
         and start again on the same port."""
         self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
         self.start()
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Every process of the server stopped (SIGSTOP) inside the block, as a database
+        machine that stalls: sessions stay open and nothing answers."""
+        main = int((self.data / "postmaster.pid").read_text().split()[0])
+        children = subprocess.run(["pgrep", "-P", str(main)], capture_output=True, text=True,
+                                  check=False).stdout.split()
+        pids = [main, *map(int, children)]
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
 
     @property
     def admin(self) -> str:

@@ -122,52 +122,71 @@ def test_a_full_sqlite_database_refuses_writes_with_503_and_acknowledges_only_wh
         svc.close()
 
 
-def test_a_keyed_submit_whose_database_read_stalls_holds_up_neither_polls_nor_healthz(
+def test_requests_whose_database_reads_stall_hold_up_neither_polls_nor_healthz(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # It did: the key's read ran on the event loop under the scheduler's lock, so a
-    # PostgreSQL paused for 3 s held /healthz for 2.98 s and every poll with it.
+    # They did: a keyed submit's read ran on the event loop under the scheduler's lock, so a
+    # PostgreSQL paused for 3 s held /healthz for 2.98 s and every poll with it; a token not
+    # cached (here an unknown one) and a task's view were read on the event loop too.
     svc = InProcess(tmp_path)
     sched, a, w = svc.scheduler, auth(svc.tokens.tenant_a), auth(svc.tokens.worker)
-    entered, release = threading.Event(), threading.Event()
-    batch = sched.store.batch
+    release = threading.Event()
+    entered = {name: threading.Event() for name in ("key", "token", "view")}
 
-    def stalled(tenant: str, key: str) -> list[tuple[str, str | None]]:
-        entered.set()
-        release.wait(30)
-        return batch(tenant, key)
+    def stalling(name: str, read: Any) -> Any:
+        def stalled(*args: Any) -> Any:
+            entered[name].set()
+            release.wait(30)
+            return read(*args)
+
+        return stalled
 
     answers: dict[str, httpx.Response] = {}
-    submit = threading.Thread(target=lambda: answers.update(keyed=svc.client.post(
-        "/v1/tasks", json=task(), headers={**a, "Idempotency-Key": "k1"})))
+    ids: list[str] = []
+    requests = [
+        lambda: answers.update(keyed=svc.client.post(
+            "/v1/tasks", json=task(), headers={**a, "Idempotency-Key": "k1"})),
+        lambda: answers.update(unknown=svc.client.post(
+            "/v1/poll", json={"worker_id": "x"}, headers=auth("not-a-token"))),
+        lambda: answers.update(view=svc.client.get(f"/v1/tasks/{ids[0]}", headers=a)),
+    ]
+    threads = [threading.Thread(target=r) for r in requests]
     valve = threading.Timer(20, release.set)  # were the loop blocked, this would free it
     try:
-        assert svc.client.post("/v1/tasks", json=[task(), task()], headers=a).status_code == 201
-        # The worker's token is known from its first poll, as in any running fleet (a token
-        # not yet cached is read under the same read lock as the key); the housekeeper's
-        # first sweep after the start drops the cache, so the poll comes after it.
+        # The tenant's and the worker's tokens are known from their first requests, as in any
+        # running fleet; the housekeeper's first sweep after the start drops the cache, so
+        # those requests come after it.
         deadline = time.monotonic() + 10
         while sched.tokens.epoch < 0:
             assert time.monotonic() < deadline, "the housekeeper never read the token epoch"
             time.sleep(0.01)
+        created = svc.client.post("/v1/tasks", json=[task(), task()], headers=a)
+        assert created.status_code == 201
+        ids.extend(created.json()["task_ids"])
         assert svc.client.post("/v1/poll", json={"worker_id": "w"}, headers=w).status_code == 200
-        monkeypatch.setattr(sched.store, "batch", stalled)
+        monkeypatch.setattr(sched.keys, "stored", stalling("key", sched.keys.stored))
+        monkeypatch.setattr(sched.tokens, "principal", stalling("token", sched.tokens.principal))
+        monkeypatch.setattr(sched, "task_view", stalling("view", sched.task_view))
         valve.start()
-        submit.start()
-        assert entered.wait(10)
+        for t in threads:
+            t.start()
+        stalled_all = all(e.wait(10) for e in entered.values())
         health = svc.client.get("/healthz")
         poll = svc.client.post("/v1/poll", json={"worker_id": "w"}, headers=w)
         answered_during_stall = not release.is_set()
         release.set()
-        submit.join(30)
+        for t in threads:
+            t.join(30)
     finally:
         release.set()
         valve.cancel()
         svc.close()
-    assert answered_during_stall, "/healthz and a poll waited for the stalled read"
+    assert stalled_all and answered_during_stall, "a stalled read held up the event loop"
     assert (health.status_code, health.json()["queued"]) == (200, 1)
     assert poll.status_code == 200, poll.text
     assert answers["keyed"].status_code == 201, answers["keyed"].text
+    assert answers["unknown"].status_code == 401, answers["unknown"].text
+    assert answers["view"].status_code == 200 and answers["view"].json()["state"] == "leased"
 
 
 def test_memory_that_failed_to_reload_after_a_failed_commit_answers_503_until_it_reloads(
@@ -541,6 +560,34 @@ def test_postgresql_restarted_under_load_loses_no_acknowledged_task(
     assert not traffic.errors and not traffic.stalls, (traffic.errors[:3], traffic.stalls[:3])
     assert clean(result) == CLEAN and result.acknowledged > 0
     assert (health["status"], health["role"]) == ("ok", "active")
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_a_stalled_postgresql_holds_up_neither_healthz_nor_the_rest_and_loses_nothing(
+    pg: ThrowawayPostgres, tmp_path: Path
+) -> None:
+    # Every server process stopped for 3 s under load (keyed submits, polls, completions):
+    # /healthz answers throughout, and once the server goes on everything drains. Before the
+    # keyed submit's read left the event loop, /healthz waited for the whole stall.
+    service, traffic, db = pg_service(pg, tmp_path, DESCHED_DURABILITY="machine")
+    probes: list[int] = []
+    try:
+        traffic.start()
+        settle_traffic(traffic, need=30)
+        with pg.paused():
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline:
+                # a timeout (the event loop held up) fails the test before the server resumes
+                probes.append(httpx.get(f"{service.url}/healthz", timeout=5.0).status_code)
+                time.sleep(0.1)
+        result = finish(traffic, service, db, tmp_path / "logs")
+    finally:
+        traffic.stop()
+        service.stop()
+    assert len(probes) >= 10 and set(probes) == {200}, probes
+    assert not traffic.errors and not traffic.stalls, (traffic.errors[:3], traffic.stalls[:3])
+    assert clean(result) == CLEAN and result.acknowledged > 30
 
 
 RESTART_ROUNDS = int(os.environ.get("DESCHED_PG_RESTART_ROUNDS", "3"))

@@ -228,10 +228,12 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
     for error in storage_errors():
         app.add_exception_handler(error, lambda r, e: storage_error(e))
 
-    def role_of(creds: HTTPAuthorizationCredentials | None, role: Role) -> str:
+    async def role_of(creds: HTTPAuthorizationCredentials | None, role: Role) -> str:
         if creds is None:
             raise Unauthorized("missing bearer token (Authorization: Bearer <token>)")
-        found = sched.principal(creds.credentials)
+        found = sched.tokens.cached(creds.credentials) if sched.active else None
+        if found is None:  # a database read: off the event loop
+            found = await run_in_threadpool(sched.principal, creds.credentials)
         if found.role is not role:
             raise Forbidden(f"this route needs a {role.value} token")
         return found.name
@@ -239,10 +241,10 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
     Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 
     async def tenant(creds: Credentials) -> str:
-        return role_of(creds, Role.TENANT)
+        return await role_of(creds, Role.TENANT)
 
     async def worker(creds: Credentials) -> str:
-        return role_of(creds, Role.WORKER)
+        return await role_of(creds, Role.WORKER)
 
     Tenant = Annotated[str, Depends(tenant)]
     Worker = Annotated[str, Depends(worker)]
@@ -297,7 +299,7 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
     )
     async def get_task(task_id: TaskId, tenant: Tenant) -> m.TaskView:
         """State, times and result reference of one of the tenant's tasks."""
-        return sched.task_view(tenant, task_id)
+        return await run_in_threadpool(sched.task_view, tenant, task_id)  # a database read
 
     @app.post(
         "/v1/poll",
@@ -415,7 +417,10 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
         leases; active or standby. Needs an operator token; answers on a standby too."""
         if creds is None:
             raise Unauthorized("missing bearer token (Authorization: Bearer <token>)")
-        if sched.tokens.principal(creds.credentials).role is not Role.OPERATOR:
+        found = sched.tokens.cached(creds.credentials)
+        if found is None:  # a database read: off the event loop
+            found = await run_in_threadpool(sched.tokens.principal, creds.credentials)
+        if found.role is not Role.OPERATOR:
             raise Forbidden("this route needs an operator token")
         view = await run_in_threadpool(overview.get, sched, window_s)
         return JSONResponse(view.as_json())

@@ -37,9 +37,10 @@ class HotPath:
     body); see the module docstring.
 
     A request is taken here only when it is one of those two routes, its content type is
-    ``application/json``, its bearer token is a known worker's and its body is JSON that the
-    route's own pydantic model (``PollIn``, ``CompleteIn``) accepts; it then calls the same
-    scheduler method and gets the same response as the FastAPI route. Anything else (a
+    ``application/json``, its bearer token is a worker's already cached (``TokenBook.cached``:
+    no database read on the event loop) and its body is JSON that the route's own pydantic
+    model (``PollIn``, ``CompleteIn``) accepts; it then calls the same scheduler method and
+    gets the same response as the FastAPI route. Anything else (a token's first use, a
     malformed or unauthenticated request, any other route) is replayed to the FastAPI app.
     """
 
@@ -49,17 +50,20 @@ class HotPath:
         self.storage_errors = storage_errors()
 
     def _worker(self, authorization: bytes | None) -> str | None:
-        """The worker holding the bearer token, as ``HTTPBearer`` + ``role_of`` read it."""
+        """The worker holding the bearer token, as ``HTTPBearer`` + ``role_of`` read it, if the
+        token is cached."""
         if not authorization:
             return None
         scheme, credentials = get_authorization_scheme_param(authorization.decode("latin-1"))
         if not (scheme and credentials) or scheme.lower() != "bearer":
             return None
         try:
-            found = self.sched.principal(credentials)
-        except ServiceError:  # unknown, revoked, expired, standing by: the route answers
+            found = self.sched.tokens.cached(credentials)
+        except ServiceError:  # expired: the route answers
             return None
-        return found.name if found.role is Role.WORKER else None
+        # Not cached (unknown, revoked, not seen since the start or a revocation): the route
+        # looks it up off the event loop and answers.
+        return found.name if found is not None and found.role is Role.WORKER else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":

@@ -79,6 +79,16 @@ class TokenBook:
         """The token epoch the cache reflects (-1: not read yet)."""
         self._known: dict[str, Principal] = {}
 
+    def cached(self, token: str) -> Principal | None:
+        """Who holds ``token`` if it is cached, else None; ``Unauthorized`` once it expired.
+        No I/O: the request paths call this on the event loop and look a token that is not
+        cached up (``principal``) in a worker thread, so a stalled database holds up that
+        request alone. Cost: one SHA-256."""
+        found = self._known.get(hash_token(token))
+        if found is not None and found.expires_at is not None and self.now() >= found.expires_at:
+            raise Unauthorized(f"token expired at {iso(found.expires_at)}")
+        return found
+
     def principal(self, token: str) -> Principal:
         """Who holds ``token``; ``Unauthorized`` (with the reason) for an unknown, revoked
         or expired one. Cost: one SHA-256; one query when not cached."""
