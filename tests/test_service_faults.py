@@ -127,11 +127,12 @@ def test_requests_whose_database_reads_stall_hold_up_neither_polls_nor_healthz(
 ) -> None:
     # They did: a keyed submit's read ran on the event loop under the scheduler's lock, so a
     # PostgreSQL paused for 3 s held /healthz for 2.98 s and every poll with it; a token not
-    # cached (here an unknown one) and a task's view were read on the event loop too.
+    # cached (here an unknown one), a task's view and the state of a task a late completion
+    # names were read on the event loop too.
     svc = InProcess(tmp_path)
     sched, a, w = svc.scheduler, auth(svc.tokens.tenant_a), auth(svc.tokens.worker)
     release = threading.Event()
-    entered = {name: threading.Event() for name in ("key", "token", "view")}
+    entered = {name: threading.Event() for name in ("key", "token", "view", "state")}
 
     def stalling(name: str, read: Any) -> Any:
         def stalled(*args: Any) -> Any:
@@ -143,12 +144,15 @@ def test_requests_whose_database_reads_stall_hold_up_neither_polls_nor_healthz(
 
     answers: dict[str, httpx.Response] = {}
     ids: list[str] = []
+    done: dict[str, Any] = {}
     requests = [
         lambda: answers.update(keyed=svc.client.post(
             "/v1/tasks", json=task(), headers={**a, "Idempotency-Key": "k1"})),
         lambda: answers.update(unknown=svc.client.post(
             "/v1/poll", json={"worker_id": "x"}, headers=auth("not-a-token"))),
         lambda: answers.update(view=svc.client.get(f"/v1/tasks/{ids[0]}", headers=a)),
+        lambda: answers.update(late=svc.client.post(
+            f"/v1/tasks/{ids[0]}/complete", json=done, headers=w)),
     ]
     threads = [threading.Thread(target=r) for r in requests]
     valve = threading.Timer(20, release.set)  # were the loop blocked, this would free it
@@ -163,8 +167,13 @@ def test_requests_whose_database_reads_stall_hold_up_neither_polls_nor_healthz(
         created = svc.client.post("/v1/tasks", json=[task(), task()], headers=a)
         assert created.status_code == 201
         ids.extend(created.json()["task_ids"])
-        assert svc.client.post("/v1/poll", json={"worker_id": "w"}, headers=w).status_code == 200
+        lease = svc.client.post("/v1/poll", json={"worker_id": "w"}, headers=w).json()
+        assert lease["task_id"] == ids[0]
+        done.update(lease_id=lease["lease_id"], duration_s=0.1)
+        complete = svc.client.post(f"/v1/tasks/{ids[0]}/complete", json=done, headers=w)
+        assert complete.status_code == 204  # the late one repeats it
         monkeypatch.setattr(sched.keys, "stored", stalling("key", sched.keys.stored))
+        monkeypatch.setattr(sched.store, "task_state", stalling("state", sched.store.task_state))
         monkeypatch.setattr(sched.tokens, "principal", stalling("token", sched.tokens.principal))
         monkeypatch.setattr(sched, "task_view", stalling("view", sched.task_view))
         valve.start()
@@ -186,7 +195,9 @@ def test_requests_whose_database_reads_stall_hold_up_neither_polls_nor_healthz(
     assert poll.status_code == 200, poll.text
     assert answers["keyed"].status_code == 201, answers["keyed"].text
     assert answers["unknown"].status_code == 401, answers["unknown"].text
-    assert answers["view"].status_code == 200 and answers["view"].json()["state"] == "leased"
+    assert answers["view"].status_code == 200 and answers["view"].json()["state"] == "done"
+    assert answers["late"].status_code == 409, answers["late"].text
+    assert "has no current lease (state done)" in answers["late"].json()["detail"]
 
 
 def test_memory_that_failed_to_reload_after_a_failed_commit_answers_503_until_it_reloads(

@@ -13,12 +13,14 @@ import asyncio
 import json
 import logging
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 
 from desched.errors import DeschedError
-from desched.service.errors import ServiceError, TooManyRequests, Unavailable
+from desched.service.errors import NotLive, ServiceError, TooManyRequests, Unavailable
 from desched.service.records import Grant
 from desched.service.store import db_errors
 from desched.service.writer import Pending
@@ -26,6 +28,8 @@ from desched.service.writer import Pending
 logger = logging.getLogger("desched.service")
 
 COMMIT_TIMEOUT_S = 30.0
+
+T = TypeVar("T")
 
 
 async def committed(pending: Pending | None) -> None:
@@ -48,6 +52,16 @@ async def committed(pending: Pending | None) -> None:
         await heard
     finally:
         timer.cancel()
+
+
+async def lease_call(call: Callable[[], T], refusal_for: Callable[[str], Exception]) -> T:
+    """``call()``: a heartbeat, completion or failure. For a task that ended before (``NotLive``)
+    it raises the refusal its stored state calls for, read by ``refusal_for`` in a worker
+    thread: a late retry during a database stall holds up that request alone."""
+    try:
+        return call()
+    except NotLive as ended:
+        raise await run_in_threadpool(refusal_for, ended.task_id) from None
 
 
 def _hear(heard: asyncio.Future[None], done: Pending) -> None:

@@ -49,6 +49,7 @@ from desched.models.loading import load_duration_predictor, load_memory_predicto
 from desched.service import schemas as m
 from desched.service.answers import (
     committed,
+    lease_call,
     lease_response,
     refusal,
     storage_error,
@@ -347,7 +348,9 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
     )
     async def heartbeat(task_id: TaskId, body: m.LeaseIn, worker: Worker) -> m.HeartbeatOut:
         """Extend the lease by the lease period."""
-        expires, pending = sched.heartbeat(worker, task_id, body.lease_id)
+        expires, pending = await lease_call(
+            lambda: sched.heartbeat(worker, task_id, body.lease_id), sched.refusal_for
+        )
         await committed(pending)
         return m.HeartbeatOut(lease_expires_at=expires)
 
@@ -356,11 +359,13 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
     )
     async def complete(task_id: TaskId, body: m.CompleteIn, worker: Worker) -> Response:
         """Report success with the real duration, peak memory and result reference."""
-        await committed(
-            sched.complete(
+        pending = await lease_call(
+            lambda: sched.complete(
                 worker, task_id, body.lease_id, body.duration_s, body.peak_mem_mb, body.result_ref
-            )
+            ),
+            sched.refusal_for,
         )
+        await committed(pending)
         return Response(status_code=204)
 
     @app.post(
@@ -371,7 +376,10 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
     )
     async def fail(task_id: TaskId, body: m.FailIn, worker: Worker) -> m.FailOut:
         """Report failure: the task retries up to the limit, then is dead-lettered."""
-        state, pending = sched.fail(worker, task_id, body.lease_id, body.error, body.retryable)
+        state, pending = await lease_call(
+            lambda: sched.fail(worker, task_id, body.lease_id, body.error, body.retryable),
+            sched.refusal_for,
+        )
         await committed(pending)
         return m.FailOut(state=state.value)
 

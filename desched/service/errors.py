@@ -98,3 +98,23 @@ class StaleWrite(Unavailable):
     evidence: Any = None
     """The first write that matched no row, with its row as committed
     (``disagreements.StaleRow``), once the writer has found it."""
+
+
+class NotLive(Exception):
+    """Internal, never answered as such: the task a lease call names is no longer live, so
+    the answer depends on its state in the database, which the caller reads off the event
+    loop and outside the scheduler's lock (``Scheduler.refusal_for``)."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(task_id)
+        self.task_id = task_id
+
+
+def ended_refusal(task_id: str, state: str | None) -> ServiceError:
+    """What a heartbeat, completion or failure for task ``task_id`` gets when the task has
+    no current lease: it is in ``state`` (None: no such task)."""
+    if state is None:
+        return NotFound(f"no task {task_id!r}")
+    if state == "cancelled":
+        return Gone(f"task {task_id!r} was cancelled by its tenant: stop working on it")
+    return Conflict(f"task {task_id!r} has no current lease (state {state})")

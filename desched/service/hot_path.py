@@ -19,6 +19,7 @@ from desched.errors import DeschedError
 from desched.service import schemas as m
 from desched.service.answers import (
     committed,
+    lease_call,
     lease_response,
     refusal,
     storage_error,
@@ -113,16 +114,18 @@ class HotPath:
                     return Response(status_code=204)
                 await committed(pending)
                 return lease_response(grant)
-            await committed(
-                self.sched.complete(
+            pending = await lease_call(
+                lambda: self.sched.complete(
                     worker,
                     task_id,
                     done.lease_id,
                     done.duration_s,
                     done.peak_mem_mb,
                     done.result_ref,
-                )
+                ),
+                self.sched.refusal_for,
             )
+            await committed(pending)
             return Response(status_code=204)
         except (ServiceError, DeschedError) as exc:
             return refusal(exc)

@@ -96,12 +96,14 @@ from desched.service.dispatch import pop_fitting
 from desched.service.errors import (
     Conflict,
     Forbidden,
-    Gone,
     LostLeadership,
     NotFound,
+    NotLive,
+    ServiceError,
     StaleWrite,
     Standby,
     Unavailable,
+    ended_refusal,
 )
 from desched.service.idempotency import SubmitKeys
 from desched.service.leases import LeaseBook
@@ -245,8 +247,7 @@ class Scheduler:
         self.active = True
 
     def _demote(self, why: BaseException) -> None:
-        """Stand by (the writer lock was lost): forget memory; the writer thread tries the
-        lock again. Under the lock."""
+        """Stand by (the writer lock was lost): forget memory; the writer retries the lock."""
         logger.error("standing by: %s", why)
         self.writer.fail_queued(why)
         self.keys.clear()
@@ -585,22 +586,22 @@ class Scheduler:
         task = self.live.get(i) if i is not None else None
         if task is None or task.lease_id is None:
             # Memory first: the database lags it by the writes not yet committed.
-            if task is not None:
-                state: str | None = TaskState.QUEUED.value
-            elif (state := self.ending.get(task_id)) is None:
-                with self.read_lock:
-                    state = self.store.task_state(task_id)
+            state = TaskState.QUEUED.value if task is not None else self.ending.get(task_id)
             if state is None:
-                raise NotFound(f"no task {task_id!r}")
-            if state == TaskState.CANCELLED.value:
-                raise Gone(f"task {task_id!r} was cancelled by its tenant: stop working on it")
-            raise Conflict(f"task {task_id!r} has no current lease (state {state})")
+                raise NotLive(task_id)  # ended before: ``refusal_for`` reads the database
+            raise ended_refusal(task_id, state)
         assert i is not None
         if task.worker != worker:
             raise Forbidden(f"task {task_id!r} is leased to another worker")
         if task.lease_id != lease_id:
             raise Conflict(f"lease of task {task_id!r} is stale (expired and re-leased)")
         return i, task
+
+    def refusal_for(self, task_id: str) -> ServiceError:
+        """The answer to a lease call ``NotLive`` found ended: a database read, off ``lock``."""
+        self._require_active()
+        with self.read_lock:
+            return ended_refusal(task_id, self.store.task_state(task_id))
 
     def heartbeat(self, worker: str, task_id: str, lease_id: str) -> tuple[float, Pending]:
         """Extend the lease by ``lease_s`` from now: the new expiry time, and its commit."""
