@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections.abc import Sequence
 
 from desched.models.interfaces import DurationPredictor, MemoryPredictor
@@ -26,6 +27,10 @@ class Predictions:
     def __init__(self, duration: DurationPredictor | None, memory: MemoryPredictor | None) -> None:
         self.duration = duration
         self.memory = memory
+        self._memory_lock = threading.Lock()
+        """Submits run in worker threads; the memory model is asked one batch at a time, as
+        when every submit ran on the event loop (the duration model runs under the
+        scheduler's lock)."""
 
     def durations(self, tenant: str, item: NewTask, now: float) -> Durations:
         """The predicted duration of ``item`` submitted at ``now`` and its p50 and p90
@@ -64,9 +69,9 @@ class Predictions:
                 for t in items
             ]
             try:
-                model = [
-                    v if math.isfinite(v) and v >= 0 else None for v in self.memory.predict_mb(rows)
-                ]
+                with self._memory_lock:
+                    raw = self.memory.predict_mb(rows)
+                model = [v if math.isfinite(v) and v >= 0 else None for v in raw]
             except Exception:  # a broken model must not refuse submits: fall back to hints
                 logger.exception("memory model failed; using the mem_mb hints")
         out: list[float | None] = []
