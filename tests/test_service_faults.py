@@ -601,6 +601,48 @@ def test_a_stalled_postgresql_holds_up_neither_healthz_nor_the_rest_and_loses_no
     assert clean(result) == CLEAN and result.acknowledged > 30
 
 
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_a_service_idle_through_a_postgresql_restart_takes_the_next_work_at_the_first_try(
+    pg: ThrowawayPostgres, tmp_path: Path
+) -> None:
+    # The quiet path: nobody writes while the server restarts, so only the writer's idle
+    # rounds (every 0.25 s) find the session gone; they must reconnect and take the writer
+    # lock back before work arrives, leaving no stale session for the first write to fail on.
+    from tests.test_service_ha import lock_holder
+
+    service, traffic, db = pg_service(pg, tmp_path)
+    tokens = traffic.tokens
+    try:
+        with httpx.Client(base_url=service.url, timeout=30) as http:
+            first = http.post("/v1/tasks", json=[task()], headers=auth(tokens.tenant_a))
+            assert first.status_code == 201
+            before = lock_holder(db)
+            pg.restart("fast")
+            deadline = time.monotonic() + 30
+            while (holder := lock_holder(db)) in (None, before):
+                assert time.monotonic() < deadline, "the idle service never took the lock back"
+                time.sleep(0.05)
+            time.sleep(1.0)  # a few more idle rounds: their checks get through
+            health = http.get("/healthz").json()
+            keyed = http.post("/v1/tasks", json=[task()], headers={
+                **auth(tokens.tenant_a), "Idempotency-Key": "after-the-restart"})
+            worker = auth(tokens.worker)
+            leases = [http.post("/v1/poll", json={"worker_id": "w"}, headers=worker)
+                      for _ in range(2)]
+            done = [http.post(f"/v1/tasks/{r.json()['task_id']}/complete", headers=worker,
+                              json={"lease_id": r.json()["lease_id"], "duration_s": 0.1})
+                    for r in leases if r.status_code == 200]
+    finally:
+        service.stop()
+    assert (health["status"], health["detail"]) == ("ok", None), health
+    assert holder is not None and holder != before
+    assert keyed.status_code == 201, keyed.text
+    assert [r.status_code for r in leases] == [200, 200], [r.text for r in leases]
+    assert [r.status_code for r in done] == [204, 204], [r.text for r in done]
+    assert sorted(state for state, _ in stored_tasks(db).values()) == ["done", "done"]
+
+
 RESTART_ROUNDS = int(os.environ.get("DESCHED_PG_RESTART_ROUNDS", "3"))
 """Rounds of ``test_postgresql_restarted_at_random_moments_...``; more for a soak."""
 
@@ -653,6 +695,8 @@ def test_a_store_committing_through_postgresql_restarts_commits_again_after_each
     # "terminating connection" error can end an ``executemany`` in a way that leaves psycopg
     # in pipeline mode, neither closed nor broken (about one restart in thirty here); before
     # the store replaced such a session it never committed again.
+    from psycopg import pq
+
     from desched.service.errors import Unavailable
     from desched.service.store import Store, db_errors
 
@@ -684,7 +728,8 @@ def test_a_store_committing_through_postgresql_restarts_commits_again_after_each
                 rows_unsure[0] += rows
                 pgconn = store.conn.pgconn
                 if not (store.conn.closed or store.conn.broken) and (
-                    pgconn.pipeline_status or pgconn.transaction_status == 1  # ACTIVE
+                    pgconn.pipeline_status != pq.PipelineStatus.OFF
+                    or pgconn.transaction_status == pq.TransactionStatus.ACTIVE
                 ):
                     left_unusable[0] += 1
                 time.sleep(0.01)

@@ -31,7 +31,7 @@ query. The housekeeper is a thread.
 
 import logging
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -61,7 +61,7 @@ from desched.service.decision_log import DecisionLog
 from desched.service.errors import Forbidden, ServiceError, Unauthorized, Unavailable
 from desched.service.hot_path import HotPath
 from desched.service.overview import PAGE, OverviewCache
-from desched.service.records import NewTask, Role
+from desched.service.records import NewTask, Principal, Role
 from desched.service.scheduler import Scheduler
 from desched.service.settings import ServiceSettings
 from desched.service.store import Store
@@ -229,14 +229,22 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
     for error in storage_errors():
         app.add_exception_handler(error, lambda r, e: storage_error(e))
 
-    async def role_of(creds: HTTPAuthorizationCredentials | None, role: Role) -> str:
+    async def role_of(
+        creds: HTTPAuthorizationCredentials | None,
+        role: Role,
+        lookup: Callable[[str], Principal] = sched.principal,
+    ) -> str:
+        """The name of the bearer token's holder if it has ``role``. A token not cached is
+        looked up by ``lookup`` (``sched.principal``: Standby on a standby, whose cache is
+        empty) in a worker thread: a database read, never on the event loop."""
         if creds is None:
             raise Unauthorized("missing bearer token (Authorization: Bearer <token>)")
-        found = sched.tokens.cached(creds.credentials) if sched.active else None
-        if found is None:  # a database read: off the event loop
-            found = await run_in_threadpool(sched.principal, creds.credentials)
+        found = sched.tokens.cached(creds.credentials)
+        if found is None:
+            found = await run_in_threadpool(lookup, creds.credentials)
         if found.role is not role:
-            raise Forbidden(f"this route needs a {role.value} token")
+            article = "an" if role.value[0] in "aeiou" else "a"
+            raise Forbidden(f"this route needs {article} {role.value} token")
         return found.name
 
     Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
@@ -423,13 +431,7 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
         """What the operator page shows (``desched.service.overview``): per tenant queued,
         running, done, waits, controls; the policy and why; fairness per window; workers,
         leases; active or standby. Needs an operator token; answers on a standby too."""
-        if creds is None:
-            raise Unauthorized("missing bearer token (Authorization: Bearer <token>)")
-        found = sched.tokens.cached(creds.credentials)
-        if found is None:  # a database read: off the event loop
-            found = await run_in_threadpool(sched.tokens.principal, creds.credentials)
-        if found.role is not Role.OPERATOR:
-            raise Forbidden("this route needs an operator token")
+        await role_of(creds, Role.OPERATOR, sched.tokens.principal)  # a standby answers too
         view = await run_in_threadpool(overview.get, sched, window_s)
         return JSONResponse(view.as_json())
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from desched.errors import DeschedError
+from desched.service.records import TaskState
 
 
 class ServiceError(DeschedError):
@@ -115,6 +116,6 @@ def ended_refusal(task_id: str, state: str | None) -> ServiceError:
     no current lease: it is in ``state`` (None: no such task)."""
     if state is None:
         return NotFound(f"no task {task_id!r}")
-    if state == "cancelled":
+    if state == TaskState.CANCELLED.value:
         return Gone(f"task {task_id!r} was cancelled by its tenant: stop working on it")
     return Conflict(f"task {task_id!r} has no current lease (state {state})")
