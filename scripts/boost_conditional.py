@@ -62,16 +62,18 @@ from typing import Any
 import numpy as np
 
 from desched.policies.base import PolicyParams
-from desched.policies.boost_ledger import BoostLedger
+from desched.policies.boost_ledger import BoostLedger, BoostLedgerNaive
 from desched.policies.boost_predicted import (
     BISECTIONS,
     LN2,
     MAX_EXPONENT,
     BoostEstimator,
     BoostEstimatorParams,
+    NaiveBoostHistory,
     mgf,
+    naive_moment,
 )
-from desched.structures.exp2 import expd_array, fast_expd
+from desched.structures.exp2 import expd, expd_array, fast_expd
 from desched.trace import TaskTable
 
 BUCKET_WINDOW = 32
@@ -174,7 +176,17 @@ class ConditionalEstimator(BoostEstimator):
         return self.params.scale * (-math.log1p(-1.0 / m) / g)
 
     def state(self) -> dict[str, Any]:
-        raise NotImplementedError("a candidate, not registered: no restart state")
+        return {**super().state(), "completions": self.completions,
+                "durations": list(self.durations),
+                "buckets": {str(k): list(self.buckets[k]) for k in sorted(self.buckets)}}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        super().restore(state)
+        self.completions = int(state["completions"])
+        self.durations.clear()
+        self.durations.extend(float(x) for x in state["durations"])
+        self.buckets = {int(k): deque((float(x) for x in v), maxlen=BUCKET_WINDOW)
+                        for k, v in state["buckets"].items()}
 
 
 class BoostConditional(BoostLedger):
@@ -193,6 +205,121 @@ class BoostConditional(BoostLedger):
         assert isinstance(self.estimator, ConditionalEstimator)
         self.estimator.observe(i, duration_s)
 
+
+# -- the naive twin: the estimator written again from the module docstring, on the naive
+# -- twin of boost-ledger (sharing no code above) -------------------------------------------
+
+
+def naive_octave(c: float, theta: float) -> int:
+    """The label's bucket by repeated doubling (exact: powers of two are floats)."""
+    m = c + theta * math.log(2.0)
+    k = 0
+    while 2.0 ** (k + 1) <= m:
+        k += 1
+    return k
+
+
+class NaiveConditionalHistory(NaiveBoostHistory):
+    """``NaiveBoostHistory`` whose γ comes from every completed duration in a plain list,
+    re-solved on the completions' schedule, and whose boosts scan each bucket's list."""
+
+    def __init__(self, tasks: TaskTable, params: BoostEstimatorParams) -> None:
+        super().__init__(tasks, params)
+        self.done: list[float] = []
+        self.by_octave: dict[int, list[float]] = {}
+
+    def dispatched(self, i: int) -> None:
+        self.busy.append(i)
+        self.peak = max(self.peak, len(self.busy))
+        c, theta = self.label_of(i)
+        self.history.append((c, theta, self.tasks.submit_s[i]))
+
+    def finished(self, i: int, duration_s: float) -> None:
+        if math.isnan(duration_s) or math.isinf(duration_s) or duration_s < 0:
+            return
+        self.by_octave.setdefault(naive_octave(*self.label_of(i)), []).append(duration_s)
+        self.done.append(duration_s)
+        n, w = len(self.done), self.params.window
+        if n % w == 0 or (n < w and n in {2 ** j for j in range(1, 17)}):
+            self.solve()
+
+    def solve(self) -> None:
+        recent = self.history[-self.params.window:]
+        sizes = self.done[-self.params.window:]
+        submits = sorted(h[2] for h in recent)
+        if len(recent) < 2 or len(sizes) < 2:
+            return
+        mean = math.fsum(sizes) / len(sizes)
+        if not submits[-1] > submits[0] or not mean > 0:
+            return
+        workers = self.params.workers if self.params.workers > 0 else max(self.peak, 1)
+        rate = (len(recent) - 1) / (submits[-1] - submits[0]) / workers
+        if rate * mean >= self.params.max_load:
+            rate = rate * (self.params.max_load / (rate * mean))
+
+        def f(g: float) -> float:
+            terms = [math.inf if g * x > 700.0 else expd(g * x) for x in sizes]
+            return rate * (math.fsum(terms) / len(sizes) - 1.0) - g
+
+        top = 1.0 / mean
+        tries = 0
+        while not f(top) > 0 and tries < 2000:
+            top = top * 2.0
+            tries += 1
+        bottom = top * 2.0 ** -40
+        for _ in range(40):
+            mid = math.sqrt(bottom * top)
+            if f(mid) > 0:
+                top = mid
+            else:
+                bottom = mid
+        self.g, self.size = math.sqrt(bottom * top), mean
+
+    def boost_of(self, i: int) -> float:
+        if self.g is None:
+            return 0.0
+        label = self.label_of(i)
+        seen = self.by_octave.get(naive_octave(*label), [])[-BUCKET_WINDOW:]
+        total = naive_moment(label, self.g)
+        for x in seen:
+            total = total + (math.inf if self.g * x > 700.0 else expd(self.g * x))
+        m = total / (len(seen) + 1)
+        if m == math.inf:
+            return 0.0
+        if m <= 1.0:
+            return math.inf
+        return self.params.scale * (-math.log1p(-1.0 / m) / self.g)
+
+    def state(self) -> dict[str, Any]:
+        return {**super().state(), "completions": len(self.done),
+                "durations": self.done[-self.params.window:],
+                "buckets": {str(k): v[-BUCKET_WINDOW:]
+                            for k, v in sorted(self.by_octave.items())}}
+
+    def restore(self, est: dict[str, Any]) -> None:
+        super().restore(est)
+        kept = [float(x) for x in est["durations"]]
+        self.done = [0.0] * (int(est["completions"]) - len(kept)) + kept
+        self.by_octave = {int(k): [float(x) for x in v] for k, v in est["buckets"].items()}
+
+
+class BoostConditionalNaive(BoostLedgerNaive):
+    """Reference: ``boost-ledger``'s naive twin on ``NaiveConditionalHistory``."""
+
+    name = "boost-conditional"
+    summary = BoostConditional.summary
+
+    def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
+        super().__init__(tasks, params)
+        self.est = NaiveConditionalHistory(self.tasks, self.params)
+
+    def complete(self, i: int, now: float, duration_s: float) -> None:
+        super().complete(i, now, duration_s)
+        assert isinstance(self.est, NaiveConditionalHistory)
+        self.est.finished(i, duration_s)
+
+
+BoostConditional.naive = BoostConditionalNaive
 
 SCALES = (1, 3, 10, 30)
 
