@@ -34,6 +34,7 @@ number (1-based, counted as in ``lines_read``), its reason and the raw line.
 from __future__ import annotations
 
 import gzip
+import sys
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -271,8 +272,16 @@ def read_trace_or_swf(path: str | Path) -> pl.DataFrame:
     ``desched import-swf`` does, without writing it; its ``swf_wait_s`` gives the history
     features the jobs' real end times). Errors name the file."""
     if is_swf(path):
-        frame, _ = import_swf(path)
+        frame, report = import_swf(path)
         if frame.height == 0:
             raise DeschedError(f"{path}: no usable job in this SWF log")
+        note_dropped(report)
         return frame
     return read_trace(path)
+
+
+def note_dropped(report: SwfReport) -> None:
+    """One line on stderr when the import dropped jobs (``report.summary()``): a log imported
+    on the fly says what it left out, as ``desched import-swf`` does."""
+    if report.dropped_total:
+        print(f"note: {report.summary()}", file=sys.stderr, flush=True)

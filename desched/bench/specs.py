@@ -179,9 +179,10 @@ def parse_seeds(text: str) -> tuple[int, ...]:
 def _read_file(path: str) -> pl.DataFrame:
     """A Parquet trace or an SWF log, sorted by submit time (stable: trace order in a tie)."""
     if path.endswith((".swf", ".swf.gz")):
-        from desched.swf import import_swf
+        from desched.swf import import_swf, note_dropped
 
-        frame, _ = import_swf(path)
+        frame, report = import_swf(path)
+        note_dropped(report)
     else:
         from desched.trace import read_trace
 

@@ -1,7 +1,7 @@
 """The ``desched`` command line. Subcommands load lazily so ``desched --help`` stays fast.
 
-Every command turns a ``DeschedError`` or a usage error (a missing or bad option) into one
-line on stderr and exit status 2.
+Every command turns a ``DeschedError``, a usage error (a missing or bad option) or an
+``OSError`` (a path that cannot be read or written) into one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -62,6 +62,11 @@ class LazyGroup(click.Group):
         except click.UsageError as exc:  # a missing or bad option: one line, and where to look
             where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
             click.echo(f"error: {exc.format_message()} (see '{where} --help')", err=True)
+            ctx.exit(2)
+        except OSError as exc:  # a path that cannot be read or written: one line naming it
+            reason = exc.strerror or str(exc)
+            where = f"{exc.filename}: " if exc.filename and exc.strerror else ""
+            click.echo(f"error: {where}{reason}", err=True)
             ctx.exit(2)
 
 

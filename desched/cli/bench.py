@@ -57,7 +57,9 @@ def evaluate(
     """Evaluate policies over traces and seeds: mean and 95 % interval of every metric,
     whole run and per window (drift)."""
     from desched.bench import evaluate as ev
+    from desched.cli.grammar import writable_folder
 
+    writable_folder(out)
     trace_specs, policy_specs = _split(traces), _split(policies)
     cells = ev.cells_of(trace_specs, policy_specs, _seeds(seeds) or [])
     results = ev.run_cells(cells, workers, window_s, jobs)
@@ -112,7 +114,9 @@ def tune(
     from desched.bench.learning import Objective
     from desched.bench.tuning import TuneSettings
     from desched.bench.tuning import tune as run_tune
+    from desched.cli.grammar import writable_folder
 
+    writable_folder(out)
     named = {k: v for k, v in (("policy", policy), ("reference", reference)) if v is not None}
     try:
         settings = TuneSettings(

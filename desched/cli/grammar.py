@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -49,10 +50,49 @@ def existing_folder(path: Path, option: str) -> Path:
 
 def fresh_folder(path: Path, force: bool, option: str = "--out") -> Path:
     """``path`` if it is absent or an empty folder, or ``force`` is set; else a one-line
-    error naming the option and the folder (a run folder is never silently overwritten)."""
+    error naming the option and the folder (a run folder is never silently overwritten).
+    The folder is then created and checked writable (``writable_folder``), so that a command
+    fails before its work, not after it."""
     if path.exists() and not path.is_dir():
         raise DeschedError(f"{option} {path}: is a file, not a folder")
     if not force and path.is_dir() and any(path.iterdir()):
         raise DeschedError(f"{option} {path}: folder is not empty (give --force to write "
                            "over it, or another folder)")
+    return writable_folder(path, option)
+
+
+def writable_folder(path: Path, option: str = "--out") -> Path:
+    """``path``, once a probe file could be written in it (the folder and its missing parents
+    created for the probe and removed again, so a command that fails later leaves nothing);
+    else a one-line error naming the option, the path and why (a file in the way, no
+    permission, a read-only file system)."""
+    created = [p for p in (path, *path.parents) if not p.exists()]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".desched-probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except FileExistsError:
+        raise DeschedError(f"{option} {path}: a file is in the way of this folder") from None
+    except OSError as exc:
+        raise DeschedError(f"{option} {path}: cannot write here ({os_reason(exc)})") from None
+    finally:
+        for folder in created:  # the deepest first
+            try:
+                folder.rmdir()
+            except OSError:
+                break
     return path
+
+
+def os_reason(exc: OSError) -> str:
+    """An ``OSError`` in a few words: its ``strerror`` where it has one ("Permission
+    denied"), else its message."""
+    return exc.strerror or str(exc)
+
+
+def not_the_input(out: Path, source: Path, option: str = "--out") -> Path:
+    """``out``, unless it names the same file as ``source`` (which the write would destroy)."""
+    if out.resolve() == source.resolve():
+        raise DeschedError(f"{option} {out}: is the input file; write to another file")
+    return out

@@ -93,10 +93,12 @@ def judge(logs: tuple[str, ...], which: str, scenarios: str, policies: tuple[str
     from desched.bench import judge as jd
     from desched.bench.judge_cases import SCENARIO_TASKS, SCENARIO_TEST_SEED, log_name
     from desched.bench.pool import Pool
+    from desched.cli.grammar import writable_folder
     from desched.cli.progress import MessageBar
     from desched.models.training import TrainSettings
 
     started = time.perf_counter()
+    writable_folder(out)
     tuner = None if tune == "lolo" else _tuner(tune)
     log_paths: list[str] | None = _split(logs) or None
     if log_paths is not None:

@@ -48,6 +48,7 @@ def train(db: Path | None, trace: Path | None, registry: Path, max_rounds: int, 
     together. The new version becomes the champion only if its held-out MAE beats the
     champion's on the same rows; otherwise it is kept, marked rejected, with the reason.
     """
+    from desched.cli.grammar import writable_folder
     from desched.models.promotion import register
     from desched.models.training import (
         TrainSettings,
@@ -57,6 +58,7 @@ def train(db: Path | None, trace: Path | None, registry: Path, max_rounds: int, 
     )
     from desched.models.training import train as fit
 
+    writable_folder(registry, "--registry")
     settings = TrainSettings(max_rounds=max_rounds, seed=seed)
     if trace is not None and db is None:
         jobs: list[tuple[Path, pl.DataFrame, str, str | None]] = [

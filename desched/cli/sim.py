@@ -14,6 +14,7 @@ from desched.cli import exit_without_teardown
 from desched.cli.grammar import POLICY_SPEC_HELP, fresh_folder, policy_spec, split_specs
 from desched.cli.output import echo_markdown
 from desched.errors import DeschedError
+from desched.records import json_text
 
 if TYPE_CHECKING:
     import polars as pl
@@ -186,9 +187,15 @@ def import_swf(log: Path, out: Path, rejected: Path | None) -> None:
     processors and time become features, run time the duration. Jobs that cannot be used
     are dropped and counted by reason; --rejected keeps them with their reason.
     """
+    from desched.cli.grammar import not_the_input
     from desched.swf import import_swf as do_import
     from desched.trace import write_trace
 
+    not_the_input(out, log)
+    if rejected is not None:
+        not_the_input(rejected, log, "--rejected")
+        if rejected.resolve() == out.resolve():
+            raise DeschedError(f"--rejected {rejected}: is the --out file; write to another")
     frame, report = do_import(log)
     write_trace(frame, out)
     click.echo(f"{out}: {report.summary()}")
@@ -371,7 +378,7 @@ def compare(
     tenants = top_tenants(next(iter(summaries.values())), n_tenants)
     table = format_table(summaries, tenants)
     plot = plot_wait_over_time(run_dirs, tenants, out / "wait-over-time.png")
-    (out / "compare.json").write_text(json.dumps(
+    (out / "compare.json").write_text(json_text(
         {"trace": str(trace_path), "workers": workers,
          "policies": {n: s.model_dump() for n, s in summaries.items()},
          "run_dirs": {n: d.name for n, d in run_dirs.items()},
