@@ -150,8 +150,16 @@ def jain(values: npt.ArrayLike) -> float:
     x = np.asarray(values, dtype=np.float64)
     if x.size == 0:
         return math.nan
-    sq = float(np.sum(x * x))
-    return float(np.sum(x)) ** 2 / (x.size * sq) if sq > 0 else 1.0
+    with np.errstate(over="ignore"):
+        sq = float(np.sum(x * x))
+    total = float(np.sum(x))
+    if math.isinf(sq) or abs(total) > 1e150:  # squares past the float range: scale first
+        top = float(np.max(np.abs(x)))
+        if not math.isfinite(top):
+            return math.nan
+        x = x / top
+        sq, total = float(np.sum(x * x)), float(np.sum(x))
+    return total ** 2 / (x.size * sq) if sq > 0 else 1.0
 
 
 def _p(x: Floats, q: float) -> float:

@@ -33,6 +33,9 @@ OPTIONAL: dict[str, pl.DataType] = {
 }
 QUANTILE_COLUMNS: tuple[str, ...] = ("predicted_p50_s", "predicted_p90_s")
 """Optional quantile predictions (``desched.bench.judge_cases``): NaN where absent."""
+MAX_SECONDS = 1e12
+"""The largest submit time and duration a trace may hold (31,700 years): past it the float
+sums of the metrics lose the seconds (a response of 0) or leave the float range."""
 MIN_PREDICTION_S = 1e-6
 """The floor of a predicted duration written into a trace (a model can extrapolate below 0)."""
 _SHOW_ROWS = 5
@@ -59,7 +62,10 @@ def validate_trace(frame: pl.DataFrame, source: str = "trace") -> pl.DataFrame:
 
     Refuses a missing required column, a value that does not cast to its type, a null in a
     required column (or in ``predicted_s`` when present), a duplicate ``task_id``, a negative
-    or non-finite ``submit_s`` and a non-positive or non-finite ``duration_s`` or ``predicted_s``.
+    or non-finite ``submit_s``, a non-positive or non-finite ``duration_s`` or ``predicted_s``,
+    a ``submit_s`` or ``duration_s`` above ``MAX_SECONDS``,
+    and a quantile prediction (``QUANTILE_COLUMNS``) that is neither absent (NaN or null) nor
+    finite and positive.
     Rows are numbered from 0 in file order.
     """
     missing = [c for c in REQUIRED if c not in frame.columns]
@@ -68,7 +74,8 @@ def validate_trace(frame: pl.DataFrame, source: str = "trace") -> pl.DataFrame:
             f"{source}: missing required column {missing[0]!r} "
             f"(required: {', '.join(REQUIRED)})"
         )
-    casts = {**REQUIRED, **{c: t for c, t in OPTIONAL.items() if c in frame.columns}}
+    optional = {**OPTIONAL, **dict.fromkeys(QUANTILE_COLUMNS, pl.Float64())}
+    casts = {**REQUIRED, **{c: t for c, t in optional.items() if c in frame.columns}}
     for column, dtype in casts.items():
         if frame.schema[column] == dtype:
             continue
@@ -95,13 +102,22 @@ def validate_trace(frame: pl.DataFrame, source: str = "trace") -> pl.DataFrame:
             f"{source}: column 'task_id' has duplicate ids (e.g. {first!r}) at row(s) "
             f"{_first_rows(duplicated)}"
         )
+    submit, duration = frame["submit_s"], frame["duration_s"]
     checks = [
-        ("submit_s", ~(frame["submit_s"].is_finite() & (frame["submit_s"] >= 0)), ">= 0"),
-        ("duration_s", ~(frame["duration_s"].is_finite() & (frame["duration_s"] > 0)), "> 0"),
+        ("submit_s", ~(submit.is_finite() & (submit >= 0) & (submit <= MAX_SECONDS)),
+         f">= 0 and <= {MAX_SECONDS:g}"),
+        ("duration_s", ~(duration.is_finite() & (duration > 0) & (duration <= MAX_SECONDS)),
+         f"> 0 and <= {MAX_SECONDS:g}"),
     ]
     if "predicted_s" in frame.columns:
         p = frame["predicted_s"]
         checks.append(("predicted_s", ~(p.is_finite() & (p > 0)), "> 0"))
+    for column in QUANTILE_COLUMNS:  # NaN or null: absent for that task
+        if column in frame.columns:
+            q = frame[column]
+            checks.append((column, (q.is_not_null() & ~q.is_nan()
+                                    & ~(q.is_finite() & (q > 0))).fill_null(False),
+                           "> 0 (or NaN where absent)"))
     for column, bad, rule in checks:
         if bad.any():
             raise DeschedError(

@@ -34,8 +34,14 @@ def test_a_trace_without_a_required_column_is_refused_naming_it(column):
 @pytest.mark.parametrize(
     ("column", "values", "message"),
     [
-        ("duration_s", [3.0, 0.0, -1.0], r"'duration_s' must be finite and > 0; 2 row\(s\).*1, 2"),
+        ("duration_s", [3.0, 0.0, -1.0],
+         r"'duration_s' must be finite and > 0 and <= 1e\+12; 2 row\(s\).*1, 2"),
         ("submit_s", [0.0, -5.0, 1.0], r"'submit_s' must be finite and >= 0.*row\(s\) 1"),
+        ("submit_s", [0.0, 1e18, 1.0], r"'submit_s' must be finite and >= 0 and <= 1e\+12"),
+        ("duration_s", [3.0, 2.0, 1e300], r"'duration_s' .* <= 1e\+12; 1 row\(s\).* 2$"),
+        ("predicted_p50_s", [3.0, -1.0, float("nan")],
+         r"'predicted_p50_s' must be finite and > 0 \(or NaN where absent\); 1 row\(s\).* 1$"),
+        ("predicted_p90_s", [float("inf"), None, 2.0], r"'predicted_p90_s' .*first at row\(s\) 0$"),
         ("task_id", ["x", "y", "x"], r"'task_id' has duplicate ids \(e.g. 'x'\).*0, 2"),
         ("tenant", ["a", None, "b"], r"'tenant' has 1 null\(s\), first at row\(s\) 1"),
         ("duration_s", [3.0, float("nan"), 1.0], r"'duration_s' must be finite"),
@@ -51,6 +57,20 @@ def test_a_column_of_the_wrong_type_is_refused_naming_it():
     frame = good().with_columns(pl.Series("submit_s", ["0", "soon", "1"]))
     with pytest.raises(DeschedError, match="column 'submit_s' has type String"):
         validate_trace(frame)
+    frame = good().with_columns(pl.Series("predicted_p90_s", ["a", "b", "c"]))
+    with pytest.raises(DeschedError, match="column 'predicted_p90_s' has type String"):
+        validate_trace(frame)
+
+
+def test_absent_quantile_predictions_nan_or_null_pass() -> None:
+    frame = good().with_columns(pl.Series("predicted_p50_s", [float("nan"), None, 4.0]))
+    assert validate_trace(frame)["predicted_p50_s"].dtype == pl.Float64
+
+
+def test_jain_index_holds_for_values_whose_squares_leave_the_float_range():
+    assert jain([1e200, 1e200]) == 1.0
+    assert jain([1e300, 1.0]) == pytest.approx(0.5)
+    assert jain([3e160, 1e160, 2e160]) == pytest.approx(jain([3.0, 1.0, 2.0]))
 
 
 def test_a_missing_or_unreadable_trace_file_names_the_file(tmp_path):

@@ -67,7 +67,9 @@ class PolicyParams(BaseModel):
     sets ``key = factor * mean task duration`` on the real logs).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # a parameter is a finite number: NaN and infinity are refused by name, not left to turn
+    # every score into NaN or -inf
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     duration_scaled: ClassVar[Mapping[str, float]] = MappingProxyType({})
     frontier_grid: ClassVar[tuple[Mapping[str, float], ...]] = ()
