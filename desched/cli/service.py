@@ -175,12 +175,29 @@ def serve_argv(port: int, *options: str) -> list[str]:
     ]
 
 
-def _store(db: str | None) -> Any:
-    from desched.service.store import Store
+def _store(db: str | None, must_exist: bool = False) -> Any:
+    """The store ``--store`` names, its schema brought up to date. ``must_exist`` (a command
+    that only reads or revokes): a SQLite store that is absent or an empty file is refused,
+    not created, so that a mistyped path does not read as a service with no tenants. A file
+    that is not a SQLite database is refused in one line."""
+    import sqlite3
+    from pathlib import Path
+
+    from desched.service.store import Dialect, Store, parse_db
 
     settings = _settings(db=db)
-    store = Store(settings.db, durability=settings.durability)
-    store.migrate()
+    dialect, target = parse_db(settings.db)
+    if dialect is Dialect.SQLITE and must_exist:
+        path = Path(target)
+        if not path.is_file() or path.stat().st_size == 0:
+            what = "is an empty file" if path.is_file() else "does not exist"
+            raise DeschedError(f"--store {target}: {what}, not a desched store (give the "
+                               "store `desched serve` runs on)")
+    try:
+        store = Store(settings.db, durability=settings.durability)
+        store.migrate()
+    except sqlite3.DatabaseError as exc:
+        raise DeschedError(f"--store {target}: not a desched store ({exc})") from None
     return store
 
 
@@ -228,7 +245,7 @@ def _revoke(role_name: str, name: str, db: str | None) -> None:
 
     from desched.service.records import Role
 
-    store = _store(db)
+    store = _store(db, must_exist=True)
     try:
         epoch = store.revoke_principal(Role(role_name), name)
         if not store.service_running():
@@ -261,7 +278,7 @@ def _list(role_name: str, db: str | None) -> None:
     from desched.service.records import Role
     from desched.service.tokens import iso
 
-    store = _store(db)
+    store = _store(db, must_exist=True)
     try:
         rows = store.principal_rows(Role(role_name))
     finally:
@@ -400,7 +417,7 @@ def tenants_set(name: str, weight: float | None, cap: str | None, rate: str | No
 @STORE_OPTION
 def tenants_controls(db: str | None) -> None:
     """Every tenant's recorded controls: tenant, weight, cap, rate (per s), burst."""
-    store = _store(db)
+    store = _store(db, must_exist=True)
     try:
         controls = store.tenant_controls()
     finally:
