@@ -25,7 +25,7 @@ import numpy.typing as npt
 import polars as pl
 
 from desched.metrics import RunArrays, RunMetrics, TenantMetrics, summarize
-from desched.records import Record
+from desched.records import Record, json_text
 from desched.simulator import SimResult
 
 DECISION_COLUMNS = (
@@ -283,8 +283,7 @@ def write_run(
                              completed=completed)
         for write in written:
             write.result()
-    (out / "summary.json").write_text(
-        json.dumps(summary.model_dump(), indent=2, allow_nan=True) + "\n")
+    (out / "summary.json").write_text(json_text(summary.model_dump(), indent=2) + "\n")
     return summary
 
 

@@ -28,7 +28,7 @@ from desched.controls import Controls
 from desched.errors import DeschedError
 from desched.metrics import RunMetrics, WindowDrift
 from desched.policies.base import Policy
-from desched.records import Record
+from desched.records import Record, json_text
 from desched.runs import RunPolicy, RunSummary
 from desched.tables import markdown_table as _markdown_table
 
@@ -362,7 +362,7 @@ def write_evaluation(
     record = Evaluation(settings=settings,
                         created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                         rows=list(rows), cells=list(cells))
-    paths["json"].write_text(json.dumps(record.model_dump(), indent=1, allow_nan=True) + "\n")
+    paths["json"].write_text(json_text(record.model_dump()) + "\n")
     pl.DataFrame(table_rows(rows), infer_schema_length=None).write_parquet(paths["table"])
     drift_frame(rows).write_parquet(paths["drift"])
     return paths

@@ -88,7 +88,7 @@ from desched.bench.verdicts import (
     tenant_ratios,
 )
 from desched.errors import DeschedError
-from desched.records import Record
+from desched.records import Record, json_text
 from desched.tables import table_lines
 
 __all__ = [
@@ -384,7 +384,7 @@ def write_judge(result: JudgeResult, out: Path) -> tuple[Path, Path]:
     """Write ``judge.json`` and ``judge.md`` into ``out``; returns both paths."""
     out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out / "judge.json", out / "judge.md"
-    json_path.write_text(json.dumps(result.model_dump(mode="json"), indent=1, allow_nan=True))
+    json_path.write_text(json_text(result.model_dump(mode="json")))
     md_path.write_text(markdown(result))
     return json_path, md_path
 

@@ -9,7 +9,6 @@ decision path.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,7 +18,7 @@ from desched.bench.evaluate import Interval
 from desched.errors import DeschedError
 from desched.policies import check_card
 from desched.policies.learnable import CARD_FILE, card_path
-from desched.records import Record
+from desched.records import Record, json_text
 
 Verdict = Literal["beats", "tie", "worse"]
 
@@ -145,6 +144,6 @@ def write_card(folder: str | Path, card: WeightsCard) -> Path:
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     path = out / CARD_FILE
-    path.write_text(json.dumps(card.model_dump(), indent=2, allow_nan=True, default=str) + "\n")
+    path.write_text(json_text(card.model_dump(), indent=2, default=str) + "\n")
     read_card(out)
     return path
