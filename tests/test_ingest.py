@@ -335,6 +335,29 @@ def test_a_parquet_log_touched_without_change_is_not_read_again(tmp_path):
     assert counts(db)["decisions"] == 6 and run_once(logs, db) == []
 
 
+def test_a_byte_identical_copy_of_a_parquet_log_is_skipped_not_loaded_twice(tmp_path):
+    import shutil
+
+    from desched.warehouse.ledger import Action
+
+    logs, db = tmp_path / "logs", tmp_path / "w.duckdb"
+    log = simulated_log(logs / "run1")
+    shutil.copy(log, logs / "copy-in-the-same-run.parquet")
+    run_once(logs, db)
+    assert counts(db)["decisions"] == 6  # one of the two identical files loaded
+    (logs / "later").mkdir()
+    shutil.copy(log, logs / "later" / "rotated.parquet")
+    with open_warehouse(db) as con:
+        work, _ = plan(con, logs, IngestSettings())
+    [skipped] = [w for w in work if w.path.endswith("rotated.parquet")]
+    assert skipped.action is Action.SKIPPED and skipped.detail is not None
+    assert skipped.detail.startswith("the same bytes as ") and "loaded already" in skipped.detail
+    assert run_once(logs, db) == [] and counts(db)["decisions"] == 6
+    pl.read_parquet(log).head(4).write_parquet(logs / "later" / "other.parquet")
+    [report] = run_once(logs, db)  # other bytes: loaded
+    assert report.action == "new" and counts(db)["decisions"] + counts(db)["completions"] == 16
+
+
 def test_gx_checking_every_row_agrees_with_the_rules_on_every_kind_of_bad_row(tmp_path):
     logs, db = tmp_path / "logs", tmp_path / "w.duckdb"
     write_jsonl(logs / "a-log.jsonl", BAD_LOG)

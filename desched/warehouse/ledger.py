@@ -230,7 +230,8 @@ def sha256_of(path: Path, limit: int | None = None) -> str:
 def plan(
     con: duckdb.DuckDBPyConnection, logs_dir: str | Path, settings: IngestSettings
 ) -> tuple[list[FileWork], int]:
-    """The files this run must handle (those it skips as not logs among them, as
+    """The files this run must handle (those it skips, as not logs or as byte-identical
+    copies of a Parquet log loaded already or earlier in this run, among them as
     ``Action.SKIPPED`` with the reason in ``detail``), and how many log files it leaves as
     they are."""
     states = load_states(con)
@@ -240,6 +241,11 @@ def plan(
         for path, why in skipped.items()
     ]
     unchanged = 0
+    # a Parquet log's whole-file hash -> the file that holds those rows (loaded, or new in
+    # this run): a byte-identical copy elsewhere (a copied or rotated log) is skipped, not
+    # loaded twice
+    holder = {st.content_hash: key for key, st in states.items()
+              if st.format is LogFormat.PARQUET and st.status == "loaded" and st.content_hash}
     for path in logs:
         key = str(path)
         stat = path.stat()
@@ -251,13 +257,19 @@ def plan(
         fmt = LogFormat.from_path(path)
         detail: str | None = None
         if fmt is LogFormat.PARQUET:
-            content_hash: str | None = sha256_of(path)
+            whole = sha256_of(path)
+            content_hash: str | None = whole
             if prev is None:
                 action = Action.NEW
             elif prev.content_hash == content_hash:
                 action = Action.TOUCHED
             else:
                 action = Action.REPLACED
+            other = holder.get(whole)
+            if action is Action.NEW and other is not None:
+                action, detail = Action.SKIPPED, f"the same bytes as {other}, loaded already"
+            else:
+                holder.setdefault(whole, key)
         elif prev is None:
             content_hash, action = None, Action.NEW
         else:
