@@ -5,6 +5,7 @@ typed, single-sourced names the other layers read (today's scorer, the test tool
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from pathlib import Path
@@ -42,6 +43,60 @@ def test_simulate_reads_an_swf_log_directly_as_judge_and_train_do(tmp_path: Path
     assert code == 0, err
     assert out.startswith(f"{tmp_path / 'run'}: 60 tasks")
     assert (tmp_path / "run" / "summary.json").is_file()
+
+
+def test_a_log_read_on_the_fly_says_what_its_import_dropped_on_stderr(tmp_path: Path) -> None:
+    log = write_swf(tmp_path / "small.swf")
+    log.write_text(log.read_text() + "this line is no job\n61 3660 0 0 1 -1 -1 1 2 -1 1 1 1 1 1 -1 -1 -1\n")
+    code, out, err = invoke("simulate", "--trace", str(log), "--policy", "fifo",
+                            "--workers", "2", "--out", str(tmp_path / "run"))
+    assert code == 0 and out.startswith(f"{tmp_path / 'run'}: 60 tasks")
+    assert err.startswith(f"note: {log}: ") and "kept 60, dropped 2 (malformed 1" in err
+
+
+def test_paths_that_cannot_be_written_are_refused_in_one_line_before_the_work(
+    tmp_path: Path,
+) -> None:
+    log = write_swf(tmp_path / "small.swf")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for args, says in (
+        (["simulate", "--trace", str(log), "--policy", "fifo", "--workers", "1",
+          "--out", str(blocker / "run")], f"error: --out {blocker / 'run'}: cannot write here"),
+        (["judge", "--logs", str(log), "--out", str(blocker / "j")],
+         f"error: --out {blocker / 'j'}: cannot write here"),
+        (["scenario", "steady", "--tasks", "20", "--out", str(blocker / "s.parquet")],
+         "error: "),
+        (["import-swf", str(log), "--out", str(log)],
+         f"error: --out {log}: is the input file; write to another file"),
+        (["import-swf", str(log), "--out", str(tmp_path / "t.parquet"), "--rejected", str(log)],
+         f"error: --rejected {log}: is the input file"),
+    ):
+        code, out, err = invoke(*args)
+        assert code == 2 and out == "" and err.startswith(says) and err.count("\n") == 1, err
+        assert "Traceback" not in err
+    assert log.read_text().startswith("; a small log")  # the log itself untouched
+
+
+def test_a_run_summary_is_strict_json_with_null_for_an_undefined_figure(tmp_path: Path) -> None:
+    import json
+
+    from desched.runs import read_summary
+
+    log = write_swf(tmp_path / "small.swf")
+    assert invoke("simulate", "--trace", str(log), "--policy", "fifo", "--workers", "2",
+                  "--window-s", "10", "--out", str(tmp_path / "run"))[0] == 0
+    text = (tmp_path / "run" / "summary.json").read_text()
+    assert "null" in text  # 10 s windows without a completion: Jain's index undefined
+
+    def refuse(name: str) -> float:
+        raise AssertionError(f"summary.json holds {name}")
+
+    raw = json.loads(text, parse_constant=refuse)
+    assert raw["tasks"] == 60
+    summary = read_summary(tmp_path / "run")  # null read back where a float is expected
+    assert summary.tasks == 60
+    assert any(math.isnan(w.jain_slowdown) for w in summary.windows)
 
 
 def test_compare_reads_an_swf_log_directly(tmp_path: Path) -> None:
@@ -96,10 +151,42 @@ def test_the_demo_refuses_a_run_folder_that_holds_a_run_unless_forced(tmp_path: 
 def test_an_empty_listing_says_so_on_stderr_and_leaves_stdout_empty(
     tmp_path: Path, args: list[str], says: str,
 ) -> None:
+    from desched.service.store import Store
+
     store = tmp_path / "state.db"
+    made = Store(str(store))
+    made.migrate()
+    made.close()
     code, out, err = invoke(*args, "--store", str(store))
     assert code == 0 and out == ""
     assert err.startswith(f"{says} {store} (add one: desched ")
+
+
+@pytest.mark.parametrize("args", [
+    ["tenants", "list"], ["workers", "list"], ["operators", "list"], ["tenants", "controls"],
+    ["tenants", "revoke", "acme"],
+])
+def test_a_listing_or_revocation_refuses_a_store_that_is_not_there_and_creates_none(
+    tmp_path: Path, args: list[str],
+) -> None:
+    missing, empty = tmp_path / "typo" / "state.db", tmp_path / "empty.db"
+    empty.write_bytes(b"")
+    for store, why in ((missing, "does not exist"), (empty, "is an empty file")):
+        code, out, err = invoke(*args, "--store", str(store))
+        assert code == 2 and out == ""
+        assert err == f"error: --store {store}: {why}, not a desched store (give the store " \
+                      "`desched serve` runs on)\n"
+    assert not missing.parent.exists() and empty.read_bytes() == b""
+
+
+def test_a_store_that_is_not_a_database_is_refused_in_one_line(tmp_path: Path) -> None:
+    junk = tmp_path / "notes.txt"
+    junk.write_text("not a database, but long enough to look like a file of one " * 20)
+    for args in (["tenants", "list"], ["tenants", "add", "acme"], ["policy", "set", "fifo"]):
+        code, out, err = invoke(*args, "--store", str(junk))
+        assert code == 2 and out == ""
+        assert err.startswith(f"error: --store {junk}: not a desched store (")
+        assert err.count("\n") == 1
 
 
 def test_a_listing_with_rows_prints_them_and_no_empty_notice(tmp_path: Path) -> None:
