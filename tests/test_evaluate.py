@@ -171,6 +171,11 @@ def test_the_evaluate_command_writes_the_table_the_drift_series_and_the_cells(
     assert len(saved["cells"]) == 4 and len(saved["rows"]) == 2
     # same keys and order; a NaN read back from null is written as null again
     assert json_text(read_evaluation(out).model_dump()) == json_text(saved)
+    again = CliRunner().invoke(cli, [
+        "evaluate", "--traces", SMALL, "--policies", "fifo", "--seeds", "0", "--workers", "3",
+        "--out", str(out)])
+    assert again.exit_code == 2 and "folder is not empty (give --force" in again.output
+    assert read_evaluation(out).settings["policies"] == ["ifs-memoryless", "ifs-counter"]
     assert all(isinstance(c, EvalCell) for c in read_evaluation(out).cells)
 
 

@@ -307,10 +307,19 @@ def test_the_cli_trains_predicts_and_lists_models_end_to_end(tmp_path: Path) -> 
         np.testing.assert_allclose(written[f"predicted_{key}_s"].to_numpy(),
                                    np.maximum(np.exp(booster.predict(x)), 1e-6), rtol=1e-9)
     assert "predicted_s, predicted_p50_s, predicted_p90_s" in res.output
+    assert "note:" not in res.stderr  # every feature there, every tenant known
     res = runner.invoke(cli, ["models", "--registry", str(reg), "--json"])
     rows = json.loads(res.output)
     assert [(r["version"], r["champion"]) for r in rows] == [("v0001", True)]
     assert "v0001" in runner.invoke(cli, ["models", "--registry", str(reg)]).output
+    # a trace without the size features the model read, from tenants it never saw: said
+    bare = write_trace(small_trace(50, seed=3).drop("doc_bytes", "pages").with_columns(
+        pl.concat_str(pl.lit("new-"), pl.col("tenant")).alias("tenant")), tmp_path / "bare.parquet")
+    res = runner.invoke(cli, ["predict", "--registry", str(reg), "--trace", str(bare),
+                              "--out", str(tmp_path / "bare-out.parquet")])
+    assert res.exit_code == 0, res.output
+    assert f"note: {bare} lacks the model's size feature(s) doc_bytes, pages" in res.stderr
+    assert f"note: no tenant of {bare} was in v0001's training data" in res.stderr
 
 
 def test_the_cli_gives_one_line_errors_for_bad_arguments_and_missing_models(tmp_path: Path) -> None:

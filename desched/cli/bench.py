@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from desched.cli.output import echo_markdown
+from desched.cli.sim import FORCE_OPTION
 from desched.errors import DeschedError
 from desched.today import TODAY_SCORER
 
@@ -50,16 +51,17 @@ def _seeds(text: str | None) -> list[int] | None:
 @click.option("--window-s", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Window length for drift metrics (default: submission span / 20; never "
                    "under the run's span / 1000, so at most 1,000 windows).")
+@FORCE_OPTION
 def evaluate(
     traces: tuple[str, ...], policies: tuple[str, ...], seeds: str, workers: int, out: Path,
-    jobs: int, baseline: str, window_s: float | None,
+    jobs: int, baseline: str, window_s: float | None, force: bool,
 ) -> None:
     """Evaluate policies over traces and seeds: mean and 95 % interval of every metric,
     whole run and per window (drift)."""
     from desched.bench import evaluate as ev
-    from desched.cli.grammar import writable_folder
+    from desched.cli.grammar import fresh_folder
 
-    writable_folder(out)
+    fresh_folder(out, force)
     trace_specs, policy_specs = _split(traces), _split(policies)
     cells = ev.cells_of(trace_specs, policy_specs, _seeds(seeds) or [])
     results = ev.run_cells(cells, workers, window_s, jobs)

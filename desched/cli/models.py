@@ -118,6 +118,14 @@ def predict(registry: Path, trace: Path, out: Path) -> None:
 
     frame = read_trace(trace)  # refuse a bad or empty trace before loading the model
     predictor = Predictor.load(existing_folder(registry, "--registry"), quantiles=True)
+    absent = [c for c in predictor.spec.size_features if c not in frame.columns]
+    if absent:  # predicted as missing values: said, not silently
+        click.echo(f"note: {trace} lacks the model's size feature(s) {', '.join(absent)}; "
+                   "its tasks are predicted without them", err=True)
+    known = set(predictor.spec.code_of()["tenant"])
+    if known and not frame["tenant"].is_in(list(known)).any():
+        click.echo(f"note: no tenant of {trace} was in {predictor.version}'s training data; "
+                   "its tasks are predicted without a tenant", err=True)
     x = predictor.features_of(frame.drop(["predicted_s", *QUANTILE_COLUMNS], strict=False))
     # A duration is positive: guard the schema against a model that extrapolates below zero.
     columns = {"predicted_s": predictor.predict_batch(x)}
