@@ -130,15 +130,22 @@ class Controls:
                 raise DeschedError(
                     f"{where}: unknown column {min(unknown)!r} (tenant, {', '.join(FIELDS)})"
                 )
+            if name in tenants:
+                raise DeschedError(f"{where}: tenant {name!r} has a row already")
             values: dict[str, Any] = {}
             for key in FIELDS:
                 raw = row.get(key)
                 if raw is None or raw == "":
                     continue
                 try:
-                    values[key] = int(raw) if key == "cap" else float(raw)
+                    if key == "rate" and isinstance(raw, str):
+                        values[key] = rate_per_s(raw)
+                    else:
+                        values[key] = int(raw) if key == "cap" else float(raw)
                 except (TypeError, ValueError):
-                    raise DeschedError(f"{where}: column {key!r} has value {raw!r}") from None
+                    hint = " (a number per s, or R/s, R/m, R/h)" if key == "rate" else ""
+                    raise DeschedError(f"{where}: column {key!r} has value {raw!r}{hint}") \
+                        from None
             try:
                 tenants[name] = TenantControl(**values)
             except DeschedError as exc:
@@ -177,6 +184,16 @@ class Controls:
         if not isinstance(data, list):
             raise DeschedError(f"{path}: expected a list of tenant rows")
         return cls.from_rows(data, str(path))
+
+
+def rate_per_s(text: str) -> float:
+    """``R``, ``R/s``, ``R/m`` or ``R/h`` as tasks per second (``ValueError`` otherwise; the
+    value itself is checked by ``TenantControl``)."""
+    number, _, unit = text.strip().lower().partition("/")
+    per = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}.get(unit.strip())
+    if per is None:
+        raise ValueError(f"unknown unit {unit!r}")
+    return float(number) / per
 
 
 class TokenBucket:

@@ -299,6 +299,22 @@ def test_desched_judge_refuses_a_missing_log_in_one_line(tmp_path: Path) -> None
                                                "no such file")]
 
 
+def test_desched_judge_refuses_an_empty_logs_list_and_an_unknown_scenario_at_once(
+    tmp_path: Path,
+) -> None:
+    log = str(write_swf(tmp_path / "s.swf", 200, 1))
+    for args, says in (
+        (["--logs", ""], "error: --logs: no file named (leave the option out"),
+        (["--logs", log, "--scenarios", "steady,nosuch"],
+         "error: --scenarios: unknown scenario 'nosuch' (scenarios: "),
+    ):
+        res = CliRunner().invoke(cli, ["judge", *args, "--out", str(tmp_path / "out")])
+        assert res.exit_code == 2
+        [line] = res.output.strip().splitlines()
+        assert line.startswith(says)
+    assert not (tmp_path / "out").exists()
+
+
 def test_desched_judge_offers_processes_and_refuses_a_bad_dask_address_in_one_line(
     tmp_path: Path,
 ) -> None:

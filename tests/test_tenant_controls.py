@@ -277,6 +277,10 @@ def test_tenants_files_in_three_formats(tmp_path):
     want = Controls({"a": TenantControl(weight=2.0, cap=3), "b": TenantControl(rate=5.0)})
     for name in ("t.toml", "t.json", "t.csv"):
         assert Controls.read(tmp_path / name) == want
+    # a rate with its unit, as `desched tenants set --rate` takes it
+    (tmp_path / "u.csv").write_text("tenant,rate\na,300/m\nb,5/s\n")
+    assert Controls.read(tmp_path / "u.csv") == Controls(
+        {"a": TenantControl(rate=5.0), "b": TenantControl(rate=5.0)})
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -285,6 +289,8 @@ def test_tenants_files_in_three_formats(tmp_path):
     ("tenant,speed\na,1\n", "unknown column 'speed'"),
     ("tenant,burst\na,4\n", "burst needs a rate"),
     ("weight\n2\n", "column 'tenant'"),
+    ("tenant,weight\na,1\na,2\n", "row 1: tenant 'a' has a row already"),
+    ("tenant,rate\na,5/day\n", "column 'rate' has value '5/day' (a number per s, or R/s"),
 ])
 def test_a_bad_tenants_file_is_one_line_naming_row_and_column(tmp_path, text, message):
     path = tmp_path / "bad.csv"

@@ -56,6 +56,8 @@ def _parse_spec(spec: str) -> tuple[str, dict[str, str]]:
     for key, value in pairs:
         if not key:
             raise DeschedError(f"{spec!r}: expected NAME?KEY=VALUE&KEY=VALUE")
+        if key in options:
+            raise DeschedError(f"{spec!r}: {key!r} given twice")
         options[key] = value
     return base, options
 

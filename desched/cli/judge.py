@@ -101,6 +101,8 @@ def judge(logs: tuple[str, ...], which: str, scenarios: str, policies: tuple[str
     writable_folder(out)
     tuner = None if tune == "lolo" else _tuner(tune)
     log_paths: list[str] | None = _split(logs) or None
+    if logs and log_paths is None:
+        raise DeschedError("--logs: no file named (leave the option out for the bundled logs)")
     if log_paths is not None:
         for p in log_paths:
             if not Path(p).is_file():
@@ -112,6 +114,12 @@ def judge(logs: tuple[str, ...], which: str, scenarios: str, policies: tuple[str
                      "held-back": [p for p in bundled if p not in dev_paths]}[which]
     seed = holdout.HELD_BACK_SCENARIO_SEED if which == "held-back" else SCENARIO_TEST_SEED
     scenario_names = [] if scenarios.strip() == "none" else _split((scenarios,))
+    from desched.workloads import SCENARIOS
+
+    unknown = [n for n in scenario_names if n not in SCENARIOS]
+    if unknown:
+        raise DeschedError(f"--scenarios: unknown scenario {unknown[0]!r} (scenarios: "
+                           f"{', '.join(SCENARIOS)}, or 'none')")
     candidates = _split(policies) or None
     if candidates is not None:
         from desched.bench.specs import PolicySpec

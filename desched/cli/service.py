@@ -332,13 +332,12 @@ def tenants_list(db: str | None) -> None:
 
 def _rate(value: str) -> float | None:
     """``R``, ``R/s``, ``R/m`` or ``R/h`` as tasks per second; ``none`` clears the limit."""
-    text = value.strip().lower()
-    if text == "none":
+    from desched.controls import rate_per_s
+
+    if value.strip().lower() == "none":
         return None
-    number, _, unit = text.partition("/")
-    per = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}.get(unit.strip())
     try:
-        rate = float(number) / per if per is not None else math.nan
+        rate = rate_per_s(value)
     except ValueError:
         rate = math.nan
     if not (math.isfinite(rate) and rate > 0):
