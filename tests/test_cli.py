@@ -78,8 +78,7 @@ def test_compare_prints_a_table_and_writes_compare_json_and_a_plot(trace, tmp_pa
         (["--policy", "ifs-memoryless?w_wait=x"], "parameter 'w_wait'"),
         (["--policy", "ifs-memoryless?w_wait"], "expected NAME?KEY=VALUE&KEY=VALUE"),
         (["--policy", "ifs-memoryless?w_wait=0.5&w_wait=0.7"], "'w_wait' given twice"),
-        (["--policy", "ifs-memoryless?w_wait=inf"], "parameter 'w_wait': Input should be a "
-                                                    "finite number"),
+        (["--policy", "ifs-memoryless?w_wait=inf"], "parameter 'w_wait': Input should be"),
         (["--policy", "boost-ledger?scale=nan"], "parameter 'scale': Input should be a finite"),
     ],
 )
