@@ -64,7 +64,6 @@ import numpy as np
 from desched.policies.base import PolicyParams
 from desched.policies.boost_ledger import BoostLedger, BoostLedgerNaive
 from desched.policies.boost_predicted import (
-    BISECTIONS,
     LN2,
     MAX_EXPONENT,
     BoostEstimator,
@@ -72,6 +71,7 @@ from desched.policies.boost_predicted import (
     NaiveBoostHistory,
     mgf,
     naive_moment,
+    positive_root,
 )
 from desched.structures.exp2 import expd, expd_array, fast_expd
 from desched.trace import TaskTable
@@ -144,19 +144,7 @@ class ConditionalEstimator(BoostEstimator):
             m[gs > MAX_EXPONENT] = np.inf
             return lam * (math.fsum(m.tolist()) / len(s) - 1.0) - g
 
-        hi = 1.0 / mean_size
-        for _ in range(2000):
-            if excess(hi) > 0:
-                break
-            hi *= 2.0
-        lo = hi * 2.0 ** -BISECTIONS
-        for _ in range(BISECTIONS):
-            mid = math.sqrt(lo * hi)
-            if excess(mid) > 0:
-                hi = mid
-            else:
-                lo = mid
-        self.gamma = math.sqrt(lo * hi)
+        self.gamma = positive_root(excess, 1.0 / mean_size, grow=True)
         self.mean_size = mean_size
 
     def boost(self, c: float, theta: float) -> float:

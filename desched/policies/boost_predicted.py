@@ -49,7 +49,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -128,6 +128,25 @@ def mgf(c: float, theta: float, g: float) -> float:
     return fast_expd(g * c) / (1.0 - gt)
 
 
+def positive_root(excess: Callable[[float], float], hi: float, grow: bool = False) -> float:
+    """The root of ``excess`` below ``hi`` (module docstring): ``hi`` doubled first until
+    ``excess(hi) > 0`` where ``grow`` (at most 2,000 times), then ``BISECTIONS`` geometric
+    bisections of ``[hi 2^-BISECTIONS, hi]``; returns the last interval's geometric mean."""
+    if grow:
+        for _ in range(2000):
+            if excess(hi) > 0:
+                break
+            hi *= 2.0
+    lo = hi * 2.0 ** -BISECTIONS
+    for _ in range(BISECTIONS):
+        mid = math.sqrt(lo * hi)
+        if excess(mid) > 0:
+            hi = mid
+        else:
+            lo = mid
+    return math.sqrt(lo * hi)
+
+
 class BoostEstimator:
     """The online estimate of γ from dispatched tasks (module docstring). O(1) per dispatch
     and completion, plus O(window × 40) every ``window`` dispatches (and at 2, 4, 8, ...)."""
@@ -200,21 +219,9 @@ class BoostEstimator:
 
         top_theta = float(thetas.max())
         if top_theta > 0:
-            hi = 1.0 / top_theta
+            self.gamma = positive_root(excess, 1.0 / top_theta)
         else:
-            hi = 1.0 / mean_size
-            for _ in range(2000):
-                if excess(hi) > 0:
-                    break
-                hi *= 2.0
-        lo = hi * 2.0 ** -BISECTIONS
-        for _ in range(BISECTIONS):
-            mid = math.sqrt(lo * hi)
-            if excess(mid) > 0:
-                hi = mid
-            else:
-                lo = mid
-        self.gamma = math.sqrt(lo * hi)
+            self.gamma = positive_root(excess, 1.0 / mean_size, grow=True)
         self.mean_size = mean_size
 
     def state(self) -> dict[str, Any]:
