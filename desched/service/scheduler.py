@@ -594,7 +594,7 @@ class Scheduler:
         if task.worker != worker:
             raise Forbidden(f"task {task_id!r} is leased to another worker")
         if task.lease_id != lease_id:
-            raise Conflict(f"lease of task {task_id!r} is stale (expired and re-leased)")
+            raise Conflict(f"{lease_id!r} is not the current lease of task {task_id!r}")
         return i, task
 
     def refusal_for(self, task_id: str) -> ServiceError:
