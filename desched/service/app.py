@@ -426,7 +426,8 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
     @app.get("/ui/state", tags=["operations"])
     async def operator_state(
         creds: Credentials,
-        window_s: Annotated[float, Query(ge=1, le=3600, description="fairness window")] = 60.0,
+        window_s: Annotated[float, Query(ge=1, le=3600, allow_inf_nan=False,
+                                           description="fairness window")] = 60.0,
     ) -> JSONResponse:
         """What the operator page shows (``desched.service.overview``): per tenant queued,
         running, done, waits, controls; the policy and why; fairness per window; workers,
