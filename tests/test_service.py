@@ -467,7 +467,9 @@ def test_tenants_see_only_their_tasks_and_roles_are_enforced(svc: Running) -> No
             422,
             "at most 1000",
         ),
-        (b"task_type=extract", {"content-type": "application/x-www-form-urlencoded"}, 422, ""),
+        (b"task_type=extract", {"content-type": "application/x-www-form-urlencoded"}, 422,
+         "Content-Type: application/json"),
+        (b'{"task_type": "extract"}', {}, 422, "Content-Type: application/json"),
     ],
     ids=[
         "oversized",
@@ -481,6 +483,7 @@ def test_tenants_see_only_their_tasks_and_roles_are_enforced(svc: Running) -> No
         "empty-list",
         "too-many",
         "form-encoded",
+        "no-content-type",
     ],
 )
 def test_malformed_requests_get_a_4xx_with_a_clear_message(
@@ -492,6 +495,18 @@ def test_malformed_requests_get_a_4xx_with_a_clear_message(
     assert r.status_code == status, r.text
     assert says in r.text
     assert svc.client.get("/healthz").json()["queued"] == 0
+
+
+def test_a_submit_error_names_the_field_of_the_shape_sent_not_the_other_shape(
+    svc: Running,
+) -> None:
+    a = auth(svc.tokens.tenant_a)
+    one = svc.client.post("/v1/tasks", json={"task_type": 7}, headers=a).json()["detail"]
+    assert [e["loc"] for e in one] == [["body", "TaskIn", "task_type"]]
+    many = svc.client.post("/v1/tasks", json=[{"task_type": 7}], headers=a).json()["detail"]
+    assert [e["loc"] for e in many] == [["body", "list[TaskIn]", "0", "task_type"]]
+    neither = svc.client.post("/v1/tasks", json="extract", headers=a).json()["detail"]
+    assert {e["type"] for e in neither} >= {"list_type"}  # nothing deeper: both shapes said
 
 
 def test_a_bad_task_id_or_lease_is_a_4xx(svc: Running) -> None:

@@ -160,6 +160,23 @@ class ServiceApp(FastAPI):
         await super().__call__(scope, receive, send)
 
 
+def body_errors(errors: list[dict[str, Any]], content_type: str | None) -> list[dict[str, Any]]:
+    """A 422's errors without the noise of a body that may be one task or a list: the branch
+    the body did not take ("Input should be a valid list" beside an object's real error) is
+    dropped when the other branch has errors of its own; a body refused whole while the
+    request does not say it is JSON is said to need ``Content-Type: application/json``."""
+    shallow = {"list_type", "dict_type", "model_type", "model_attributes_type"}
+    deep = [e for e in errors if e["loc"][:1] == ["body"] and len(e["loc"]) > 2]
+    if deep:
+        errors = [e for e in errors
+                  if not (e["loc"][:1] == ["body"] and len(e["loc"]) == 2 and e["type"] in shallow)]
+    whole = [e for e in errors if e["loc"][:1] == ["body"] and len(e["loc"]) <= 2]
+    if whole and "json" not in (content_type or "").lower():
+        errors = [{"loc": ["header", "content-type"], "msg": "the body must be JSON, sent "
+                   "with Content-Type: application/json", "type": "content_type"}, *errors]
+    return errors
+
+
 def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) -> FastAPI:
     """The API over ``scheduler`` (built from ``settings`` when not given); the scheduler is
     started, and its housekeeper run, for the lifetime of the app."""
@@ -218,9 +235,10 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
                 "msg": str(e.get("msg", "")),
                 "type": str(e.get("type", "")),
             }
-            for e in exc.errors()[:20]
+            for e in exc.errors()
         ]
-        return JSONResponse({"detail": errors}, status_code=422)
+        errors = body_errors(errors, request.headers.get("content-type"))
+        return JSONResponse({"detail": errors[:20]}, status_code=422)
 
     @app.exception_handler(DeschedError)
     async def bad(request: Request, exc: DeschedError) -> JSONResponse:
