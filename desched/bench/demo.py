@@ -123,14 +123,14 @@ QUICK: dict[str, Any] = {
 
 
 STEP_SHARES: dict[Mode, dict[str, float]] = {
-    "quick": {"workloads": 1.2, "simulate": 2.9, "ingest": 5.5, "train": 37.1, "tune": 13.3,
-              "evaluate": 15.0, "report": 19.5},
-    "full": {"workloads": 3.0, "simulate": 4.0, "ingest": 7.0, "train": 68.0, "tune": 30.0,
-             "evaluate": 12.0, "report": 29.0},
+    "quick": {"workloads": 2.8, "simulate": 0.6, "ingest": 3.2, "train": 2.9, "tune": 7.4,
+              "evaluate": 1.4, "report": 4.8},
+    "full": {"workloads": 4.9, "simulate": 1.8, "ingest": 4.2, "train": 15.6, "tune": 21.8,
+             "evaluate": 3.0, "report": 3.9},
 }
-"""Seconds per step of one measured run of each mode (quick: 2026-12-03 on 2 vCPUs, load
-about 1; full: the README's run), for the estimate of time left (``time_left_s``): only
-their proportions matter."""
+"""Seconds per step of one measured run of each mode (2026-12-06 on 2 vCPUs, load about 1:
+quick 23 s, full 55 s from a fresh clone), for the estimate of time left (``time_left_s``):
+only their proportions matter."""
 
 
 def time_left_s(elapsed_s: float, done: list[str], shares: dict[str, float]) -> float | None:
