@@ -204,7 +204,8 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
         lifespan=lifespan,
         responses={
             401: {"model": m.Problem, "description": "missing or unknown token"},
-            403: {"model": m.Problem, "description": "token of the wrong role"},
+            403: {"model": m.Problem, "description": "token of the wrong role, or a lease "
+                  "held by another worker"},
             413: {
                 "model": m.Problem,
                 "description": "body too large, or a submit of more tasks than the tenant's "
