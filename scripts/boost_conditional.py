@@ -71,6 +71,7 @@ from desched.policies.boost_predicted import (
     NaiveBoostHistory,
     mgf,
     naive_moment,
+    naive_root,
     positive_root,
 )
 from desched.structures.exp2 import expd, expd_array, fast_expd
@@ -100,11 +101,7 @@ class ConditionalEstimator(BoostEstimator):
         self.completions = 0
 
     def dispatched(self, i: int) -> None:
-        self.running.add(i)
-        self.workers_seen = max(self.workers_seen, len(self.running))
-        c, theta = self.label(i)
-        self.labels.append((c, theta, self.tasks.submit_s[i]))
-        self.dispatches += 1
+        self.record(i)  # γ is re-solved on completions here, not on dispatches
 
     def observe(self, i: int, duration_s: float) -> None:
         if not (duration_s >= 0 and math.isfinite(duration_s)):
@@ -116,25 +113,17 @@ class ConditionalEstimator(BoostEstimator):
         known.append(duration_s)
         self.durations.append(duration_s)
         self.completions += 1
-        d, w = self.completions, self.params.window
-        if d % w == 0 or (d < w and d & (d - 1) == 0):
+        if self.due(self.completions):
             self.refresh()
 
     def refresh(self) -> None:
-        labels, sizes = self.labels, self.durations
-        n = len(labels)
-        if n < 2 or len(sizes) < 2:
+        sizes = self.durations
+        if len(sizes) < 2:
             return
-        lo_s = min(x[2] for x in labels)
-        span = max(x[2] for x in labels) - lo_s
         mean_size = math.fsum(sizes) / len(sizes)
-        if span <= 0 or mean_size <= 0:
+        lam = self.rate(mean_size) if mean_size > 0 else None
+        if lam is None:
             return
-        workers = self.params.workers or max(self.workers_seen, 1)
-        lam = (n - 1) / span / workers
-        rho = lam * mean_size
-        if rho >= self.params.max_load:
-            lam *= self.params.max_load / rho
         s = np.array(sizes)
 
         def excess(g: float) -> float:
@@ -249,19 +238,7 @@ class NaiveConditionalHistory(NaiveBoostHistory):
             terms = [math.inf if g * x > 700.0 else expd(g * x) for x in sizes]
             return rate * (math.fsum(terms) / len(sizes) - 1.0) - g
 
-        top = 1.0 / mean
-        tries = 0
-        while not f(top) > 0 and tries < 2000:
-            top = top * 2.0
-            tries += 1
-        bottom = top * 2.0 ** -40
-        for _ in range(40):
-            mid = math.sqrt(bottom * top)
-            if f(mid) > 0:
-                top = mid
-            else:
-                bottom = mid
-        self.g, self.size = math.sqrt(bottom * top), mean
+        self.g, self.size = naive_root(f, 1.0 / mean, widen=True), mean
 
     def boost_of(self, i: int) -> float:
         if self.g is None:

@@ -185,28 +185,50 @@ class BoostEstimator:
         self.running.discard(i)
 
     def dispatched(self, i: int) -> None:
+        self.record(i)
+        if self.due(self.dispatches):
+            self.refresh()
+
+    def record(self, i: int) -> None:
+        """Dispatched task ``i`` joins the running ones and the window of labels."""
         self.running.add(i)
         self.workers_seen = max(self.workers_seen, len(self.running))
         c, theta = self.label(i)
         self.labels.append((c, theta, self.tasks.submit_s[i]))
         self.dispatches += 1
-        d, w = self.dispatches, self.params.window
-        if d % w == 0 or (d < w and d & (d - 1) == 0):
-            self.refresh()
 
-    def refresh(self) -> None:
+    def due(self, count: int) -> bool:
+        """Whether γ is re-solved at this ``count``: the 2nd, 4th, 8th, ... below ``window``,
+        then every ``window``-th."""
+        w = self.params.window
+        return count % w == 0 or (count < w and count & (count - 1) == 0)
+
+    def rate(self, mean_size: float) -> float | None:
+        """λ per worker from the window's submit times, scaled down to ``max_load`` where
+        ``λ × mean_size`` reaches it (module docstring); None while the window has fewer
+        than two tasks or spans no time."""
         labels = self.labels
         n = len(labels)
+        if n < 2:
+            return None
         lo_s = min(x[2] for x in labels)
         span = max(x[2] for x in labels) - lo_s
-        mean_size = math.fsum(x[0] + x[1] for x in labels) / n
-        if n < 2 or span <= 0 or mean_size <= 0:
-            return
+        if span <= 0:
+            return None
         workers = self.params.workers or max(self.workers_seen, 1)
         lam = (n - 1) / span / workers
         rho = lam * mean_size
         if rho >= self.params.max_load:
             lam *= self.params.max_load / rho
+        return lam
+
+    def refresh(self) -> None:
+        labels = self.labels
+        n = len(labels)
+        mean_size = math.fsum(x[0] + x[1] for x in labels) / n
+        lam = self.rate(mean_size) if mean_size > 0 else None
+        if lam is None:
+            return
         cs = np.array([x[0] for x in labels])
         thetas = np.array([x[1] for x in labels])
 
@@ -472,13 +494,17 @@ def naive_gamma(history: list[tuple[float, float, float]], workers: int, max_loa
 
     scales = [h[1] for h in history if h[1] > 0]
     if scales:
-        top = 1.0 / max(scales)
-    else:
-        top = 1.0 / mean
-        tries = 0
-        while not f(top) > 0 and tries < 2000:
-            top = top * 2.0
-            tries += 1
+        return naive_root(f, 1.0 / max(scales), widen=False), mean
+    return naive_root(f, 1.0 / mean, widen=True), mean
+
+
+def naive_root(f: Callable[[float], float], top: float, widen: bool) -> float:
+    """The naive twins' root of ``f`` below ``top`` (``top`` doubled first while ``f`` is not
+    positive there, where ``widen``), by 40 geometric bisections."""
+    tries = 0
+    while widen and not f(top) > 0 and tries < 2000:
+        top = top * 2.0
+        tries += 1
     bottom = top * 2.0 ** -40
     for _ in range(40):
         mid = math.sqrt(bottom * top)
@@ -486,7 +512,7 @@ def naive_gamma(history: list[tuple[float, float, float]], workers: int, max_loa
             top = mid
         else:
             bottom = mid
-    return math.sqrt(bottom * top), mean
+    return math.sqrt(bottom * top)
 
 
 class NaiveBoostHistory:
