@@ -281,3 +281,18 @@ def test_test_tools_are_in_the_dev_extra_only() -> None:
             assert set(tools) <= named
         else:
             assert not named & set(tools), (name, named & set(tools))
+
+
+@pytest.mark.parametrize(("args", "help_of"), [
+    (["simulate", "--trace"], "desched simulate"),  # a value missing: the parser's own error
+    (["simulate", "--policy", "fifo"], "desched simulate"),  # a required option missing
+    (["tenants", "add"], "desched tenants add"),
+    (["nosuch"], "desched"),
+])
+def test_a_usage_error_points_at_the_help_of_the_command_that_was_typed(
+    args: list[str], help_of: str,
+) -> None:
+    result = CliRunner().invoke(cli, args, prog_name="desched")
+    assert result.exit_code == 2 and result.stdout == ""
+    err = result.stderr
+    assert err.endswith(f" (see '{help_of} --help')\n") and err.count("\n") == 1, err

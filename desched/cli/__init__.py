@@ -60,7 +60,10 @@ class LazyGroup(click.Group):
             click.echo(f"error: {exc}", err=True)
             ctx.exit(2)
         except click.UsageError as exc:  # a missing or bad option: one line, and where to look
-            where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+            if exc.ctx is not None:
+                where = exc.ctx.command_path
+            else:  # raised while the subcommand parsed its options: point at its help
+                where = " ".join(filter(None, (ctx.command_path, ctx.invoked_subcommand)))
             click.echo(f"error: {exc.format_message()} (see '{where} --help')", err=True)
             ctx.exit(2)
         except OSError as exc:  # a path that cannot be read or written: one line naming it
