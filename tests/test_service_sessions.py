@@ -31,8 +31,17 @@ def backend_pid(store: Store) -> int:
 
 
 def terminate(db: str, pid: int) -> None:
+    """End backend ``pid`` and wait until it has exited: ``pg_terminate_backend`` only sends
+    the signal, and the backend's advisory locks go with its exit a moment later."""
+    import time
+
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        deadline = time.monotonic() + 10.0
+        while conn.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s",
+                           (pid,)).fetchone() is not None:
+            assert time.monotonic() < deadline, f"backend {pid} still there after 10 s"
+            time.sleep(0.01)
 
 
 def writer_store(db: str) -> Store:
