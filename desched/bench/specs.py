@@ -180,16 +180,9 @@ def parse_seeds(text: str) -> tuple[int, ...]:
 @lru_cache(maxsize=8)
 def _read_file(path: str) -> pl.DataFrame:
     """A Parquet trace or an SWF log, sorted by submit time (stable: trace order in a tie)."""
-    if path.endswith((".swf", ".swf.gz")):
-        from desched.swf import import_swf, note_dropped
+    from desched.swf import read_trace_or_swf
 
-        frame, report = import_swf(path)
-        note_dropped(report)
-    else:
-        from desched.trace import read_trace
-
-        frame = read_trace(path)
-    return frame.sort("submit_s", maintain_order=True)
+    return read_trace_or_swf(path).sort("submit_s", maintain_order=True)
 
 
 def fingerprint(frame: pl.DataFrame) -> str:

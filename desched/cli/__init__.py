@@ -67,9 +67,10 @@ class LazyGroup(click.Group):
             click.echo(f"error: {exc.format_message()} (see '{where} --help')", err=True)
             ctx.exit(2)
         except OSError as exc:  # a path that cannot be read or written: one line naming it
-            reason = exc.strerror or str(exc)
+            from desched.cli.grammar import os_reason
+
             where = f"{exc.filename}: " if exc.filename and exc.strerror else ""
-            click.echo(f"error: {where}{reason}", err=True)
+            click.echo(f"error: {where}{os_reason(exc)}", err=True)
             ctx.exit(2)
 
 
