@@ -97,7 +97,7 @@ def serve(
         access_log=False,
         # a backstop: requests still open this long after SIGTERM are cancelled
         timeout_graceful_shutdown=math.ceil(settings.shutdown_grace_s) + 2,
-        **_fast_io(),
+        **_fast_io(settings.header_timeout_s),
     )
     try:
         draining_server(config, app.state.scheduler, settings.shutdown_grace_s).run()
@@ -148,15 +148,18 @@ def draining_server(config: Any, scheduler: Any, grace_s: float) -> Any:
     return DrainingServer(config)
 
 
-def _fast_io() -> dict[str, Any]:
+def _fast_io(header_timeout_s: float) -> dict[str, Any]:
     """uvicorn's C HTTP parser and event loop (httptools, uvloop; the service extra installs
     both): a fifth less service CPU per decision than the pure-Python h11 and asyncio
-    (BENCHMARKS.md). Without them uvicorn's defaults run."""
+    (BENCHMARKS.md); the parser's protocol carries the headers' deadline
+    (``desched.service.header_deadline``). Without them uvicorn's defaults run."""
     import importlib.util
+
+    from desched.service.header_deadline import header_deadline_protocol
 
     fast: dict[str, Any] = {}
     if importlib.util.find_spec("httptools") is not None:
-        fast["http"] = "httptools"
+        fast["http"] = header_deadline_protocol(header_timeout_s)
     if importlib.util.find_spec("uvloop") is not None:
         fast["loop"] = "uvloop"
     return fast

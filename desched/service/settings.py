@@ -46,6 +46,14 @@ class ServiceSettings(DeschedSettings):
     max_body_bytes: int = Field(
         1_048_576, ge=1024, description="largest request body accepted; larger gets 413"
     )
+    header_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="a connection that has not sent a request's whole headers this long after "
+        "it opened, or after the request's first byte, gets 408 (closed if nothing arrived): "
+        "a stalled client holds no connection for ever",
+    )
     policy: str | None = Field(
         None,
         description="policy to run; when set it is also recorded as the live policy, else "
