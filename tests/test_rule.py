@@ -118,3 +118,20 @@ def test_today_and_clairvoyant_policies_are_never_candidates() -> None:
              log_row("guarded-sjf", "a", share=0.3)]
     assert recommend(table, ["sjf-oracle", "ifs-memoryless", "guarded-sjf"], TH)[0] == \
         "guarded-sjf"
+
+
+def test_a_policy_that_gains_on_no_log_is_never_recommended() -> None:
+    # no clairvoyant policy gains the floor on either log, so the floor does not apply; a
+    # candidate that keeps every promise by gaining nothing is still not named
+    table = [log_row("guarded-sjf", "a", share=None, gain=0.0, frontier=0.0),
+             log_row("guarded-sjf", "b", share=None, gain=-0.01, frontier=0.0),
+             log_row("sjf-predicted", "a", share=None, gain=0.0, frontier=0.0),
+             log_row("sjf-predicted", "b", share=None, gain=0.02, frontier=0.03,
+                     promises=(False, True, True))]
+    name, _, _, rows = recommend(table, CANDIDATES, TH)
+    assert name == "sjf-predicted"  # it gains on b; the promises cost it nothing here
+    assert [r.spec for r in rows if not r.eligible] == ["guarded-sjf"]
+    name, group, reason, _ = recommend(table[:3], CANDIDATES, TH)
+    assert name is None and group == []
+    assert reason == "no candidate beats today's mean response on any judged log: keep " \
+        "today's scorer"

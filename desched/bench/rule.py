@@ -16,7 +16,12 @@ Among the candidates (never today's scorer, never a clairvoyant policy or point)
    recommendation (the service needs one) is the tied candidate with the highest mean share,
    then the first in the candidates' order, and the reason says it is a tie.
 
-No candidate past the floor: no recommendation (the service then keeps today's scorer).
+No candidate past the floor: no recommendation (the service then keeps today's scorer). Nor
+is one recommended that beats today's mean response on none of the judged logs (gain ≤ 0, or
+undefined where the oracle itself does not beat today): on a log where no clairvoyant policy
+gains the floor, step 1 does not apply, and without this a policy that only reorders would
+be named, or a tie of policies that gain nothing. (Added after issue 19's runs, for such
+logs; no verdict on the bundled logs changed: every candidate gains there.)
 The same ranking (``rank_key``) chooses a leave-one-log-out grid point
 (``desched.bench.lolo``).
 """
@@ -43,10 +48,12 @@ class Standing(Record):
     min_share: float | None
     mean_share: float | None
     below_floor: list[str]
+    gains: bool = True
+    """Whether it beats today's mean response on some judged log (module docstring)."""
 
     @property
     def eligible(self) -> bool:
-        return not self.below_floor
+        return not self.below_floor and self.gains
 
 
 def standing(spec: str, verdicts: Sequence[Verdict], th: Thresholds) -> Standing:
@@ -63,7 +70,9 @@ def standing(spec: str, verdicts: Sequence[Verdict], th: Thresholds) -> Standing
                     promises=sum(len(c) for c in checks),
                     min_share=min(shares) if shares else None,
                     mean_share=sum(shares) / len(shares) if shares else None,
-                    below_floor=below)
+                    below_floor=below,
+                    gains=any((gain := v.criteria["gain"].value) is not None and gain > 0
+                              for v in mine if v.kind == "log"))
 
 
 def rank_key(s: Standing) -> tuple[int, int, float]:
@@ -104,9 +113,13 @@ def recommend(verdicts: Sequence[Verdict], candidates: Sequence[str], th: Thresh
                              order[s.spec]))
     eligible = [s for s in rows if s.eligible]
     if not eligible:
-        worst = ", ".join(f"{s.spec} ({', '.join(s.below_floor)})" for s in rows)
+        if not any(s.gains for s in rows):
+            return None, [], ("no candidate beats today's mean response on any judged log: "
+                              "keep today's scorer"), rows
+        worst = ", ".join(f"{s.spec} ({', '.join(s.below_floor) or 'gains on no log'})"
+                          for s in rows)
         return None, [], (f"every candidate gains less than {th.gain_floor} of the oracle's "
-                          f"gain on some log: {worst}"), rows
+                          f"gain on some log, or on no log: {worst}"), rows
     tie = [s for s in eligible if tied(s, eligible[0], th)]
     best = min(tie, key=lambda s: (-(s.mean_share if s.mean_share is not None else -math.inf),
                                    order[s.spec]))
