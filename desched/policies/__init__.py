@@ -7,58 +7,75 @@ learnable ``Params``), never their names. Registry order is the order the report
 
 from __future__ import annotations
 
+import importlib
+import sys
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from desched.errors import DeschedError
 from desched.policies.base import Policy, PolicyParams
-from desched.policies.boost_lanes import BoostLanes
-from desched.policies.boost_ledger import BoostLedger
-from desched.policies.boost_predicted import BoostPredicted
-from desched.policies.fair_boost import FairBoost
-from desched.policies.fair_sjf import FairSjf
-from desched.policies.fifo import Fifo
-from desched.policies.guarded_sjf import GuardedSjf
-from desched.policies.hrrn_predicted import HrrnPredicted
-from desched.policies.ifs_counter import IfsCounter
-from desched.policies.ifs_memoryless import IfsMemoryless
-from desched.policies.ifs_predicted import IfsPredicted
-from desched.policies.learnable import (
-    LearnableParams,
-    check_weight_values,
-    learnable_keys,
-    read_card_json,
-)
-from desched.policies.round_robin import RoundRobin
-from desched.policies.sjf_oracle import SjfOracle
-from desched.policies.sjf_predicted import SjfPredicted
-from desched.policies.vtc import Vtc
 from desched.tables import markdown_table
 from desched.today import TODAY_SCORER
 from desched.trace import TaskTable
 
-REGISTRY: dict[str, type[Policy]] = {
-    p.name: p
-    for p in (
-        Fifo,
-        IfsMemoryless,
-        RoundRobin,
-        Vtc,
-        IfsCounter,
-        SjfOracle,
-        SjfPredicted,
-        HrrnPredicted,
-        IfsPredicted,
-        FairSjf,
-        GuardedSjf,
-        BoostPredicted,
-        FairBoost,
-        BoostLanes,
-        BoostLedger,
-    )
-}
+if TYPE_CHECKING:
+    from desched.policies.learnable import LearnableParams
+
+
+class Registry(MutableMapping[str, type[Policy]]):
+    """Policy name -> fast class, in registry order. Each built-in policy's module is imported
+    the first time its class is asked for, so a command that runs one policy (``desched
+    simulate``) loads that one's module and not fifteen; names, order and membership need no
+    import. ``REGISTRY[name] = cls`` registers a class (a script's candidate, a test's toy)."""
+
+    def __init__(self, where: dict[str, str]) -> None:
+        self._entries: dict[str, type[Policy] | str] = dict(where)
+
+    def __getitem__(self, name: str) -> type[Policy]:
+        entry = self._entries[name]
+        if isinstance(entry, str):
+            module, _, attr = entry.partition(":")
+            entry = getattr(importlib.import_module(f"desched.policies.{module}"), attr)
+            assert isinstance(entry, type) and issubclass(entry, Policy) and entry.name == name
+            self._entries[name] = entry
+        return entry
+
+    def __setitem__(self, name: str, cls: type[Policy]) -> None:
+        self._entries[name] = cls
+
+    def __delitem__(self, name: str) -> None:
+        del self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+
+REGISTRY = Registry({
+    "fifo": "fifo:Fifo",
+    "ifs-memoryless": "ifs_memoryless:IfsMemoryless",
+    "round-robin": "round_robin:RoundRobin",
+    "vtc": "vtc:Vtc",
+    "ifs-counter": "ifs_counter:IfsCounter",
+    "sjf-oracle": "sjf_oracle:SjfOracle",
+    "sjf-predicted": "sjf_predicted:SjfPredicted",
+    "hrrn-predicted": "hrrn_predicted:HrrnPredicted",
+    "ifs-predicted": "ifs_predicted:IfsPredicted",
+    "fair-sjf": "fair_sjf:FairSjf",
+    "guarded-sjf": "guarded_sjf:GuardedSjf",
+    "boost-predicted": "boost_predicted:BoostPredicted",
+    "fair-boost": "fair_boost:FairBoost",
+    "boost-lanes": "boost_lanes:BoostLanes",
+    "boost-ledger": "boost_ledger:BoostLedger",
+})
 
 
 RECOMMENDED = "boost-ledger"
@@ -122,11 +139,15 @@ def get_policy(name: str) -> type[Policy]:
 
 def learnable_policies() -> dict[str, type[Policy]]:
     """The registered policies whose ``Params`` declare learnable keys, in registry order."""
+    from desched.policies.learnable import learnable_keys
+
     return {n: cls for n, cls in REGISTRY.items() if learnable_keys(cls.Params)}
 
 
 def learnable_params(name: str) -> type[LearnableParams]:
     """The ``Params`` of registered policy ``name``, refused unless it has learnable keys."""
+    from desched.policies.learnable import LearnableParams
+
     params = get_policy(name).Params
     if not issubclass(params, LearnableParams):
         raise DeschedError(f"policy {name!r} has no learnable parameters (learnable: "
@@ -139,6 +160,8 @@ def check_card(location: str | Path) -> dict[str, Any]:
     ``policy`` is a registered learnable policy and its ``weights`` hold exactly that
     policy's learnable keys, each a finite number >= 0. A missing or corrupt card is a
     ``DeschedError`` naming the file."""
+    from desched.policies.learnable import check_weight_values, learnable_keys, read_card_json
+
     path, card = read_card_json(location)
     policy, weights = card.get("policy"), card.get("weights")
     learnable = learnable_policies()
@@ -156,13 +179,17 @@ def parse_params(name: str, raw: dict[str, str] | None) -> PolicyParams:
     """Validate ``raw`` (strings from ``--param k=v`` or values) against the policy's model;
     a ``weights`` card is checked (``check_card``) before its values are loaded."""
     cls = get_policy(name)
+    # a Params class that is learnable was defined after its module imported ``learnable``;
+    # where that module is not loaded, no Params is learnable (and it need not be loaded)
+    learnable = sys.modules.get("desched.policies.learnable")
     raw = dict(raw or {})
     known = cls.Params.model_fields
     for key in raw:
         if key not in known:
             listed = ", ".join(known) or "none"
             raise DeschedError(f"policy {name!r} has no parameter {key!r} (parameters: {listed})")
-    if issubclass(cls.Params, LearnableParams) and raw.get("weights") not in (None, ""):
+    if (learnable is not None and issubclass(cls.Params, learnable.LearnableParams)
+            and raw.get("weights") not in (None, "")):
         check_card(str(raw["weights"]))
     try:
         return cls.Params(**raw)
