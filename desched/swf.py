@@ -25,8 +25,9 @@ swf_wait_s      the logged queue wait (3), null when -1: when the job really sta
 Jobs that cannot be used are dropped and counted by reason in the ``SwfReport``, never
 silently, in this order of precedence: a malformed line (not 18 fields, a field that is not
 a number, a non-integer job, processor count, status or id), no submit time (negative), no
-run time (negative, normally -1), zero run time (a trace needs ``duration_s > 0``), and a
-job number seen on an earlier kept line. Rows keep file order, stably sorted by ``submit_s``.
+run time (negative, normally -1), zero run time (a trace needs ``duration_s > 0``), out of
+range (a submit or run time above ``desched.trace.MAX_SECONDS``, 1e12 s), and a job number
+seen on an earlier kept line. A UTF-8 byte-order mark at the start of the file is skipped. Rows keep file order, stably sorted by ``submit_s``.
 The report's ``rejected`` frame is the quarantine: one row per dropped job with its line
 number (1-based, counted as in ``lines_read``), its reason and the raw line.
 """
@@ -42,7 +43,7 @@ from pathlib import Path
 import polars as pl
 
 from desched.errors import DeschedError
-from desched.trace import read_trace, validate_trace
+from desched.trace import MAX_SECONDS, read_trace, validate_trace
 
 FIELDS: tuple[str, ...] = (
     "job",
@@ -100,6 +101,7 @@ class SwfReport:
     dropped_no_run_time: int
     dropped_zero_run_time: int
     dropped_duplicate_job: int
+    dropped_out_of_range: int = 0
     rejected: pl.DataFrame = field(
         default_factory=lambda: pl.DataFrame(schema=REJECTED_SCHEMA), repr=False, compare=False
     )
@@ -117,6 +119,7 @@ class SwfReport:
             "no submit time": self.dropped_no_submit_time,
             "no run time": self.dropped_no_run_time,
             "zero run time": self.dropped_zero_run_time,
+            "out of range": self.dropped_out_of_range,
             "duplicate job": self.dropped_duplicate_job,
         }
 
@@ -144,6 +147,7 @@ def _read_text(path: Path) -> str:
         raise DeschedError(
             f"{path}: not a readable SWF file ({type(exc).__name__}: {exc})"
         ) from None
+    raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark
     if b"\x00" in raw:
         raise DeschedError(f"{path}: not a readable SWF file (binary content)")
     return raw.decode("latin-1")
@@ -211,6 +215,8 @@ def import_swf(path: str | Path) -> tuple[pl.DataFrame, SwfReport]:
         .then(pl.lit("no run time"))
         .when(pl.col("run_time") == 0)
         .then(pl.lit("zero run time"))
+        .when((pl.col("submit") > MAX_SECONDS) | (pl.col("run_time") > MAX_SECONDS))
+        .then(pl.lit("out of range"))
     )
     jobs = jobs.with_columns(reason.alias("reason"))
     usable = jobs.filter(pl.col("reason").is_null())
@@ -235,6 +241,7 @@ def import_swf(path: str | Path) -> tuple[pl.DataFrame, SwfReport]:
         dropped_no_run_time=counts.get("no run time", 0),
         dropped_zero_run_time=counts.get("zero run time", 0),
         dropped_duplicate_job=counts.get("duplicate job", 0),
+        dropped_out_of_range=counts.get("out of range", 0),
         rejected=rejected,
     )
     if kept.height == 0:
@@ -263,8 +270,18 @@ def import_swf(path: str | Path) -> tuple[pl.DataFrame, SwfReport]:
 
 
 def is_swf(path: str | Path) -> bool:
-    """Whether ``path`` names an SWF log (``.swf`` or ``.swf.gz``)."""
-    return Path(path).name.endswith((".swf", ".swf.gz"))
+    """Whether ``path`` names an SWF log (``.swf`` or ``.swf.gz``, in any case)."""
+    return Path(path).name.lower().endswith((".swf", ".swf.gz"))
+
+
+def log_stem(path: str | Path) -> str:
+    """The log's name without ``.gz`` and ``.swf`` (in any case): ``LANL-CM5-1994-4.1-cln`` for
+    ``.../LANL-CM5-1994-4.1-cln.swf.gz``."""
+    name = Path(path).name
+    for suffix in (".gz", ".swf"):
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
+    return name
 
 
 def read_trace_or_swf(path: str | Path) -> pl.DataFrame:

@@ -108,6 +108,11 @@ def test_file_seeds_are_disjoint_slices_shifted_to_zero(tmp_path: Path) -> None:
     assert first["submit_s"].min() == second["submit_s"].min() == 0.0
     with pytest.raises(DeschedError, match="past its last slice"):
         spec.materialize(4, 2)
+    whole = TraceSpec.parse(f"{path}?slice_tasks=1000")  # more than the trace's 100 tasks
+    assert whole.slices() == 0
+    with pytest.raises(DeschedError, match=r"fewer tasks than one slice of 1000; give smaller "
+                                           r"slices \('.*t.parquet\?slice_tasks=N'\)"):
+        whole.materialize(0, 2)
 
 
 def test_a_file_slice_with_a_load_is_rescaled_to_that_offered_load(tmp_path: Path) -> None:

@@ -279,8 +279,10 @@ def test_desched_judge_says_which_jobs_of_a_log_the_import_dropped(tmp_path: Pat
     out = tmp_path / "out"
     res = CliRunner().invoke(cli, ["judge", "--logs", str(log), "--scenarios", "none",
                                    "--policies", "hrrn-predicted", "--jobs", "1",
+                                   "--tune", "lolo",
                                    "--out", str(out), "--cache", str(tmp_path / "cache")])
     assert res.exit_code == 0, res.output
+    assert "note: --tune: fewer than two logs to tune on" in res.output  # one log: defaults
     note = "holes: kept 597 of the log's 600 jobs (dropped no run time 3)"
     assert note in res.output
     case = json.loads((out / "judge.json").read_text())["cases"][0]
@@ -299,12 +301,17 @@ def test_desched_judge_refuses_a_missing_log_in_one_line(tmp_path: Path) -> None
                                                "no such file")]
 
 
-def test_desched_judge_refuses_an_empty_logs_list_and_an_unknown_scenario_at_once(
+def test_desched_judge_refuses_bad_logs_and_an_unknown_scenario_before_any_work(
     tmp_path: Path,
 ) -> None:
     log = str(write_swf(tmp_path / "s.swf", 200, 1))
+    (tmp_path / "again").mkdir()
+    same_name = str(write_swf(tmp_path / "again" / "s.swf.gz", 200, 2))
     for args, says in (
         (["--logs", ""], "error: --logs: no file named (leave the option out"),
+        (["--logs", str(tmp_path / "again")], f"error: --logs: {tmp_path / 'again'}: a folder"),
+        (["--logs", f"{log},{same_name}"],
+         f"error: --logs: {log} and {same_name} both name the log 's' in the tables"),
         (["--logs", log, "--scenarios", "steady,nosuch"],
          "error: --scenarios: unknown scenario 'nosuch' (scenarios: "),
     ):
@@ -385,6 +392,7 @@ def test_desched_judge_tunes_leave_one_log_out_with_the_builtin_tuner(tmp_path: 
     assert res.exit_code == 0, res.output
     result = jd.read_judge(out)
     assert result.settings == {"tune": "lolo", "tuning_logs": ["syn1", "syn2"]}
+    assert "fewer than two logs" not in res.output
     assert len(result.frontiers) == 2 and {f.workload for f in result.frontiers} == {"syn1",
                                                                                       "syn2"}
     from desched.bench.lolo import grid_of
@@ -393,3 +401,23 @@ def test_desched_judge_tunes_leave_one_log_out_with_the_builtin_tuner(tmp_path: 
         assert result.verdict(log, "guarded-sjf").params in grid_of("guarded-sjf")
     md = (out / "judge.md").read_text()
     assert "frontier share" in md and "clairvoyant:" in md
+
+
+def test_a_log_whose_test_part_arrives_at_one_instant_says_no_load_was_applied(
+    tmp_path: Path,
+) -> None:
+    from desched.bench.judge_cases import load_note, prepare_log
+
+    lines = ["; every job after the first 70 % submitted at one instant"]
+    for j in range(1, 101):
+        submit = j * 60 if j <= 70 else 10_000
+        lines.append(" ".join(str(f) for f in [j, submit, 0, 30 + j, 1, -1, -1, 1, 100, -1, 1,
+                                               1 + j % 3, 1, 1, 1, -1, -1, -1]))
+    log = tmp_path / "burst.swf"
+    log.write_text("\n".join(lines) + "\n")
+    said: list[str] = []
+    case = prepare_log(log, cache_dir=None, progress=said.append)
+    assert case.load is None
+    assert load_note(case) in said
+    assert load_note(case) == ("burst: every test task is submitted at one instant, so no load "
+                               "could be applied (the log's own arrivals are kept)")

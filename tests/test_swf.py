@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from desched.errors import DeschedError
-from desched.swf import SwfReport, import_swf
+from desched.swf import SwfReport, import_swf, is_swf, log_stem, read_trace_or_swf
 from desched.trace import validate_trace
 from tests.conftest import SAMPLES
 
@@ -61,6 +61,7 @@ def test_every_job_line_is_kept_or_dropped_for_a_counted_reason(small) -> None:
         "no submit time": 1,
         "no run time": 1,
         "zero run time": 1,
+        "out of range": 0,
         "duplicate job": 1,
     }
     assert report.jobs_kept + report.dropped_total == report.job_lines
@@ -194,3 +195,35 @@ def test_import_swf_writes_the_quarantine_when_asked(tmp_path: Path) -> None:
     frame = pl.read_parquet(rejected)
     assert frame.height == 7
     assert frame.filter(pl.col("reason") == "duplicate job")["text"].str.contains("190").all()
+
+
+def test_a_job_past_the_largest_time_is_dropped_and_counted_not_the_whole_log(
+    tmp_path: Path,
+) -> None:
+    line = "  {job} {submit} 0 {run} 1 -1 -1 1 60 -1 1 7 3 12 2 1 -1 -1\n"
+    text = "".join((line.format(job=1, submit=100, run=60),
+                    line.format(job=2, submit="2e12", run=60),
+                    line.format(job=3, submit=130, run="1e13"),
+                    line.format(job=4, submit=140, run=30)))
+    frame, report = import_swf(write_swf(tmp_path, text))
+    assert frame["task_id"].to_list() == ["j1", "j4"]
+    assert report.dropped["out of range"] == 2
+    assert report.rejected.select("line", "reason").rows() == [(2, "out of range"),
+                                                                (3, "out of range")]
+    assert "out of range 2" in report.summary()
+
+
+def test_a_utf8_byte_order_mark_is_not_a_malformed_job(tmp_path: Path) -> None:
+    path = tmp_path / "bom.swf"
+    path.write_bytes(b"\xef\xbb\xbf" + SMALL_SWF.encode())
+    _, report = import_swf(path)
+    assert report.dropped["malformed"] == 3 and report.jobs_kept == 3
+
+
+def test_an_swf_log_is_known_by_its_suffix_in_any_case(tmp_path: Path) -> None:
+    upper = tmp_path / "LOG.SWF"
+    upper.write_bytes(SMALL_SWF.encode())
+    assert is_swf(upper) and is_swf("a.Swf.GZ") and not is_swf("a.parquet")
+    assert read_trace_or_swf(upper).height == 3
+    assert log_stem(upper) == "LOG" and log_stem("x/LANL-CM5.swf.gz") == "LANL-CM5"
+    assert log_stem("x/run.parquet") == "run.parquet"

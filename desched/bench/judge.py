@@ -63,6 +63,7 @@ from desched.bench.judge_cases import (
     Progress,
     default_logs,
     dropped_note,
+    load_note,
     prepare_cases,
     prepare_log,
     prepare_scenario,
@@ -286,6 +287,8 @@ def markdown(result: JudgeResult) -> str:
     if dropped:
         lines += [("Jobs the SWF import dropped, by reason (`desched import-swf` lists "
                    "them): " + "; ".join(dropped) + "."), ""]
+    for note in (n for c in result.cases if (n := load_note(c))):
+        lines += [f"{note}.", ""]
     if result.frontiers:
         lines += [("The clairvoyant frontier per log (`desched.bench.frontier`); the last two "
                    "columns run the same family on the log's predictions, at its best point "

@@ -164,6 +164,15 @@ class Case:
         )
 
 
+def load_note(case: Case | CaseInfo) -> str | None:
+    """Where a log's test part could not be rescaled to the judge's load (every task of it
+    submitted at one instant), a line that says so, else None."""
+    if case.kind != "log" or case.load is not None:
+        return None
+    return (f"{case.name}: every test task is submitted at one instant, so no load could be "
+            "applied (the log's own arrivals are kept)")
+
+
 def dropped_note(case: Case | CaseInfo) -> str | None:
     """``NAME: kept K of the log's N jobs (dropped REASON COUNT, ...)`` where the SWF import
     dropped any job of the case's log, else None."""
@@ -190,7 +199,9 @@ def default_logs() -> list[Path]:
 
 def log_name(path: Path) -> str:
     """``LANL-CM5-1994-4.1-cln`` for ``.../LANL-CM5-1994-4.1-cln.swf.gz``."""
-    return path.name.removesuffix(".gz").removesuffix(".swf")
+    from desched.swf import log_stem
+
+    return log_stem(path)
 
 
 def _digest(*parts: Any) -> str:
@@ -227,12 +238,14 @@ def rescale_to_load(frame: pl.DataFrame, workers: int, load: float) -> pl.DataFr
     return frame.with_columns(pl.col("submit_s") * (offered / load))
 
 
-def split_log(frame: pl.DataFrame, train_frac: float) -> tuple[pl.DataFrame, pl.DataFrame]:
+def split_log(frame: pl.DataFrame, train_frac: float, source: str = "log"
+              ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The first ``train_frac`` of the tasks by submit time and the rest (stable order)."""
     frame = frame.sort("submit_s", maintain_order=True)
     cut = round(frame.height * train_frac)
     if cut < 1 or cut >= frame.height:
-        raise DeschedError(f"cannot split {frame.height} tasks at train_frac {train_frac}")
+        raise DeschedError(f"{source}: {frame.height} usable task(s), too few to split into a "
+                           f"training part ({train_frac:g}) and a test part")
     return frame[:cut], frame[cut:]
 
 
@@ -305,7 +318,7 @@ def prepare_log(
     full = full.sort("submit_s", maintain_order=True)
     if max_tasks is not None:
         full = full.head(max_tasks)
-    train_part, _test_part = split_log(full, train_frac)
+    train_part, _test_part = split_log(full, train_frac, str(path))
     if progress:
         progress(f"{name}: training on {train_part.height} tasks")
     result = _train(train_part, str(path), settings)
@@ -313,16 +326,20 @@ def prepare_log(
     t0 = float(predicted["submit_s"].min())  # type: ignore[arg-type]
     test = predicted.with_columns(pl.col("submit_s") - t0)
     workers = workers_for(test, load)
+    # one instant: no span to rescale, the log's own arrivals are kept (``load_note``)
+    applied = load if float(test["submit_s"].max()) > 0 else None  # type: ignore[arg-type]
     test = rescale_to_load(test, workers, load)
     model = ModelInfo.of(result)
     case = Case(name=name, kind="log", source=str(path), frame=test, workers=workers,
                 mean_train_duration_s=float(train_part["duration_s"].mean()),  # type: ignore[arg-type]
-                model=model, load=load, train_frac=train_frac, log_jobs=report.job_lines,
+                model=model, load=applied, train_frac=train_frac, log_jobs=report.job_lines,
                 log_dropped=report.dropped)
     if base is not None:
         _write_cache(base, case)
-    if progress and (note := dropped_note(case)):
-        progress(note)
+    if progress:
+        for note in (dropped_note(case), load_note(case)):
+            if note:
+                progress(note)
     if progress:
         progress(f"{name}: {case.tasks} test tasks on {workers} workers, model MAE "
                  f"{model.mae_s:.0f} s")

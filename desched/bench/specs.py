@@ -34,6 +34,7 @@ from urllib.parse import parse_qsl, urlencode
 import polars as pl
 
 from desched.errors import DeschedError
+from desched.swf import log_stem
 
 SCENARIO_DEFAULTS: dict[str, Any] = {"tasks": 2000, "load": 0.9}
 """Defaults of a scenario spec that names no size: small enough for sweeps of many seeds."""
@@ -114,7 +115,7 @@ class TraceSpec:
         if "slice_tasks" not in options:
             rows = _read_file(str(path)).height
             slice_tasks = max(1, min(DEFAULT_SLICE_TASKS, rows // AUTO_SLICES))
-        name = path.name.removesuffix(".gz").removesuffix(".swf").removesuffix(".parquet")
+        name = log_stem(path).removesuffix(".parquet")
         return cls(spec, name, None, str(path), tasks, tenants, load, slice_tasks, seeds)
 
     def slices(self) -> int | None:
@@ -152,6 +153,9 @@ class TraceSpec:
 
 def past_last_slice(tspec: TraceSpec, seed: int, count: int) -> str:
     """The one-line error for a seed past the last slice of a file trace, naming the fixes."""
+    if count == 0:
+        return (f"trace {tspec.spec!r}: fewer tasks than one slice of {tspec.slice_tasks}; "
+                f"give smaller slices ('{tspec.path}?slice_tasks=N')")
     return (f"trace {tspec.spec!r}: seed {seed} is past its last slice ({count} slice(s) of "
             f"{tspec.slice_tasks} task(s): seeds 0..{count - 1}); give fewer seeds (--seeds 0-"
             f"{max(count - 1, 0)}) or smaller slices ('{tspec.path}?slice_tasks=N')")

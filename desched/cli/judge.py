@@ -104,9 +104,15 @@ def judge(logs: tuple[str, ...], which: str, scenarios: str, policies: tuple[str
     if logs and log_paths is None:
         raise DeschedError("--logs: no file named (leave the option out for the bundled logs)")
     if log_paths is not None:
+        named: dict[str, str] = {}
         for p in log_paths:
             if not Path(p).is_file():
-                raise DeschedError(f"--logs: {p}: no such file")
+                what = "a folder (name its log files)" if Path(p).is_dir() else "no such file"
+                raise DeschedError(f"--logs: {p}: {what}")
+            other = named.setdefault(log_name(Path(p)), p)
+            if other != p:
+                raise DeschedError(f"--logs: {other} and {p} both name the log "
+                                   f"{log_name(Path(p))!r} in the tables (rename one)")
     bundled = [str(p) for p in jd.default_logs()] if log_paths is None else []
     dev_paths = [p for p in bundled if not holdout.is_held_back(log_name(Path(p)))]
     if log_paths is None:
@@ -158,6 +164,10 @@ def judge(logs: tuple[str, ...], which: str, scenarios: str, policies: tuple[str
             from desched.bench.lolo import LoloTuner
 
             tuner = LoloTuner(tuning_scenarios)
+        if tune is not None and sum(c.kind == "log" for c in (training or cases)) < 2:
+            print("note: --tune: fewer than two logs to tune on, and a log is never tuned on "
+                  "itself: every policy runs at its defaults (add logs to --logs to tune on)",
+                  file=sys.stderr, flush=True)
         runs = pooled_judge.pending(pooled_judge.judge_runs(
             cases, candidates, tune=tuner, training_logs=training))
         simulating = MessageBar(len(runs), f"simulate ({pool.describe()})", per_message=True,
