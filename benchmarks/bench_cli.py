@@ -101,8 +101,9 @@ def desched_command() -> list[str]:
 
 
 def run_cli(trace: Path, policy: str, workers: int, out: Path,
-            extra: tuple[str, ...] = ()) -> dict[str, Any]:
-    """One ``desched simulate`` in a fresh process: wall and CPU seconds, inner-loop seconds."""
+            extra: tuple[str, ...] = (), tree: Path = ROOT) -> dict[str, Any]:
+    """One ``desched simulate`` in a fresh process: wall and CPU seconds, inner-loop seconds.
+    ``tree``: the checkout whose ``desched`` runs (``PYTHONPATH``; this one by default)."""
     if out.exists():
         shutil.rmtree(out)
     cmd = [*desched_command(), "simulate", "--trace", str(trace), "--policy", policy,
@@ -110,7 +111,7 @@ def run_cli(trace: Path, policy: str, workers: int, out: Path,
     # as the Makefile does: a process that may not write bytecode compiles every module it
     # imports, every time (about 0.7 CPU-s of a 1M-task run on the 2-vCPU box)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONPATH"] = str(tree)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
