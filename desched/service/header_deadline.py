@@ -9,7 +9,9 @@ httptools protocol with one timer per connection: armed when the connection open
 request's first byte arrives, disarmed when that request's headers are complete. At the
 deadline a connection in the middle of a request's headers gets a JSON 408 with ``connection:
 close``, an idle one (nothing of a request received) is closed; neither reached the app, so
-nothing was read or changed. A request whose headers completed is not touched.
+nothing was read or changed. A request whose headers completed is not touched, nor is the
+answer to an earlier request on the same connection that is still being written (the
+deadline starts again until that answer is out).
 """
 
 from __future__ import annotations
@@ -79,8 +81,12 @@ def header_deadline_protocol(timeout_s: float) -> type[asyncio.Protocol]:
             self._deadline = None
             if self.transport.is_closing():
                 return
-            # a 408 only where no earlier response on this connection is still being written
-            if self._in_headers and (self.cycle is None or self.cycle.response_complete):
+            if self.cycle is not None and not self.cycle.response_complete:
+                # an earlier request on this connection is still being answered: it is not
+                # cut off; the stalled one behind it is looked at again a deadline later
+                self._arm()
+                return
+            if self._in_headers:
                 self.transport.write(_408(self.header_timeout_s))
             self.transport.close()
 
