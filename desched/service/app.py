@@ -64,8 +64,9 @@ from desched.service.overview import PAGE, OverviewCache
 from desched.service.records import NewTask, Principal, Role
 from desched.service.scheduler import Scheduler
 from desched.service.settings import ServiceSettings
-from desched.service.store import Store
+from desched.service.store import Store, db_errors
 from desched.service.telemetry import CONTENT_TYPE
+from desched.service.writer import Outage
 
 logger = logging.getLogger("desched.service")
 
@@ -100,15 +101,20 @@ def load_predictor(registry: Path | None) -> DurationPredictor | None:
 
 class Housekeeper(threading.Thread):
     """Expires leases, picks up policy switches, token revocations and tenant controls, and
-    saves the policy's state (at most every ``state_save_s``) every ``period_s``."""
+    saves the policy's state (at most every ``state_save_s``) every ``period_s``. A database
+    it cannot reach (a driver error: a server restarted, its sessions terminated) is an
+    outage, one warning when it starts and one when a round gets through (``Outage``), not a
+    traceback per round; any other failure is logged with its traceback."""
 
     def __init__(self, scheduler: Scheduler, period_s: float) -> None:
         super().__init__(name="desched-housekeeper", daemon=True)
         self.scheduler = scheduler
         self.period_s = period_s
         self.stopped = threading.Event()
+        self.outage = Outage("the housekeeper's database session", period_s)
 
     def run(self) -> None:
+        unreachable = db_errors()
         while not self.stopped.wait(self.period_s):
             try:
                 self.scheduler.sweep()
@@ -118,8 +124,13 @@ class Housekeeper(threading.Thread):
                 self.scheduler.save_policy_state()
             except Unavailable:  # the writer takes no more writes: the service is stopping
                 continue
+            except unreachable as exc:  # the store reconnects on the next round's statement
+                self.outage.lost(exc)
+                continue
             except Exception:  # keep sweeping; the next round retries
                 logger.exception("housekeeping failed")
+                continue
+            self.outage.over()
 
 
 def build_scheduler(settings: ServiceSettings) -> Scheduler:
@@ -363,6 +374,9 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
 
     lease_errors: dict[int | str, dict[str, Any]] = {
         404: {"model": m.Problem, "description": "no such task"},
+        403: {"model": m.Problem, "description": "the task is leased to another worker now "
+              "(this worker's lease expired and it was handed out again): the lease is lost, "
+              "as with 409; not a token problem"},
         409: {"model": m.Problem, "description": "the lease ended or was superseded"},
         410: {"model": m.Problem, "description": "the task was cancelled: stop, do not retry"},
     }
