@@ -138,10 +138,15 @@ class Controls:
                 if raw is None or raw == "":
                     continue
                 try:
+                    if isinstance(raw, bool):  # JSON/TOML true is not 1
+                        raise TypeError(raw)
                     if key == "rate" and isinstance(raw, str):
                         values[key] = rate_per_s(raw)
+                    elif key == "cap":
+                        # 2.7 is refused, as in a CSV file, not truncated to 2
+                        values[key] = int(raw) if isinstance(raw, (int, str)) else _whole(raw)
                     else:
-                        values[key] = int(raw) if key == "cap" else float(raw)
+                        values[key] = float(raw)
                 except (TypeError, ValueError):
                     hint = " (a number per s, or R/s, R/m, R/h)" if key == "rate" else ""
                     raise DeschedError(f"{where}: column {key!r} has value {raw!r}{hint}") \
@@ -164,7 +169,7 @@ class Controls:
         path = Path(path)
         if not path.exists():
             raise DeschedError(f"{path}: no such tenants file")
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")  # a spreadsheet's byte-order mark
         suffix = path.suffix.lower()
         try:
             if suffix == ".toml":
@@ -184,6 +189,14 @@ class Controls:
         if not isinstance(data, list):
             raise DeschedError(f"{path}: expected a list of tenant rows")
         return cls.from_rows(data, str(path))
+
+
+def _whole(value: Any) -> int:
+    """``value`` as an int where it is a whole number (``3.0``), else ``ValueError``."""
+    number = float(value)
+    if not number.is_integer():
+        raise ValueError(value)
+    return int(number)
 
 
 def rate_per_s(text: str) -> float:

@@ -133,6 +133,8 @@ def read_trace(path: str | Path) -> pl.DataFrame:
     path = Path(path)
     if not path.exists():
         raise DeschedError(f"{path}: no such trace file")
+    if path.is_dir():
+        raise DeschedError(f"{path}: a folder, not a trace file")
     try:
         frame = pl.read_parquet(path)
     except (pl.exceptions.PolarsError, OSError, ValueError) as exc:

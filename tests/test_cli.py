@@ -70,6 +70,15 @@ def test_compare_prints_a_table_and_writes_compare_json_and_a_plot(trace, tmp_pa
     assert (out / "wait-over-time.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_compare_refuses_a_policy_the_trace_cannot_feed_before_running_any(trace, tmp_path):
+    out = tmp_path / "cmp"
+    res = invoke("compare", "--trace", str(trace), "--policies", "fifo,sjf-predicted",
+                 "--workers", "1", "--out", str(out))
+    assert res.exit_code == 2
+    assert "policy 'sjf-predicted' ranks on 'predicted_s'" in res.output
+    assert not (out / "fifo").exists() and not (out / "compare.json").exists()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -100,6 +109,13 @@ def test_a_trace_without_a_required_column_is_a_one_line_error_naming_it(tmp_pat
     assert res.exit_code == 2
     assert res.output.strip().count("\n") == 0
     assert "missing required column 'tenant'" in res.output
+
+
+def test_a_folder_given_as_the_trace_is_named_as_a_folder(tmp_path):
+    res = CliRunner().invoke(cli, ["simulate", "--trace", str(tmp_path), "--policy", "fifo",
+                                   "--workers", "1", "--out", str(tmp_path / "r")])
+    assert res.exit_code == 2
+    assert res.output.strip() == f"error: {tmp_path}: a folder, not a trace file"
 
 
 def test_policies_lists_every_registered_policy_with_its_parameters():

@@ -158,6 +158,8 @@ def test_every_option_the_readme_and_docs_use_exists_on_its_command():
     (["simulate", "--trace", "t.parquet", "--policy", "fifo"], ["Missing option '--workers'"]),
     (["simulate", "--trace", "t.parquet", "--policy", "fifo", "--workers", "1", "--out", "r",
       "--window-s", "-5"], ["'--window-s'", "-5"]),
+    (["simulate", "--trace", "t.parquet", "--policy", "fifo", "--workers", "1", "--out", "r",
+      "--window-s", "nan"], ["'--window-s'", "nan is not a finite number of seconds"]),
     (["frobnicate"], ["No such command 'frobnicate'", "desched --help"]),
     (["tenants", "add"], ["Missing argument 'NAME'", "desched tenants add --help"]),
     (["tune", "--trace", "x", "--workers", "1", "--out", "w", "--learner", "bogus"],

@@ -218,3 +218,13 @@ def test_cells_run_on_spawned_processes_equal_the_cells_run_in_this_one() -> Non
         return json.dumps([r.model_dump() for r in results], sort_keys=True)
 
     assert as_text(run_cells(cells, workers=3, jobs=2)) == as_text(run_cells(cells, workers=3))
+
+
+def test_a_load_that_cannot_be_applied_to_a_slice_is_refused_not_ignored(tmp_path: Path) -> None:
+    frame = generate("steady", tasks=40, tenants=2, workers=2, seed=3)
+    path = write_trace(frame.with_columns(pl.lit(5.0).alias("submit_s")), tmp_path / "z.parquet")
+    spec = TraceSpec.parse(f"{path}?slice_tasks=20&load=0.9")
+    with pytest.raises(DeschedError, match=r"slice 1 is submitted at one instant, so "
+                                           r"load=0.9 cannot be applied"):
+        spec.materialize(1, 2)
+    assert TraceSpec.parse(f"{path}?slice_tasks=20").materialize(1, 2).height == 20

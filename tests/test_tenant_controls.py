@@ -300,6 +300,30 @@ def test_a_bad_tenants_file_is_one_line_naming_row_and_column(tmp_path, text, me
     assert message in str(err.value)
 
 
+@pytest.mark.parametrize(("name", "text", "message"), [
+    ("f.json", '[{"tenant": "a", "cap": 2.7}]', "row 0: column 'cap' has value 2.7"),
+    ("f.toml", "[tenants.a]\ncap = 2.7\n", "row 0: column 'cap' has value 2.7"),
+    ("t.json", '[{"tenant": "a", "cap": true}]', "row 0: column 'cap' has value True"),
+    ("w.json", '[{"tenant": "a", "weight": true}]', "row 0: column 'weight' has value True"),
+])
+def test_json_and_toml_numbers_are_refused_as_csv_ones_are_not_truncated(
+    tmp_path, name, text, message
+):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(DeschedError, match=f"{name}: ") as err:
+        Controls.read(path)
+    assert message in str(err.value)
+    (tmp_path / "whole.json").write_text('[{"tenant": "a", "cap": 3.0}]')
+    assert Controls.read(tmp_path / "whole.json") == Controls({"a": TenantControl(cap=3)})
+
+
+def test_a_csv_tenants_file_saved_with_a_byte_order_mark_is_read(tmp_path):
+    path = tmp_path / "excel.csv"
+    path.write_bytes(b"\xef\xbb\xbftenant,cap\r\na,2\r\n")
+    assert Controls.read(path) == Controls({"a": TenantControl(cap=2)})
+
+
 def test_a_priority_column_that_is_not_integer_is_refused():
     frame = make_frame(T("a", 0, 1), T("a", 0, 1)).with_columns(
         pl.Series("priority", [1.5, 0.0]))
@@ -351,3 +375,19 @@ def test_a_choice_under_a_fits_test_is_the_same_for_fast_and_naive_policies(
             gate.started(i)
         sides.append(choices)
     assert sides[0] == sides[1]
+
+
+def test_simulate_notes_tenants_of_the_file_that_the_trace_lacks(tmp_path):
+    from click.testing import CliRunner
+
+    from desched.cli import cli
+    from desched.trace import write_trace
+
+    trace = write_trace(make_frame(T("a", 0.0, 1.0), T("b", 0.5, 1.0)), tmp_path / "t.parquet")
+    (tmp_path / "t.csv").write_text("tenant,cap\na,1\nbb,2\nzz,1\n")
+    res = CliRunner().invoke(cli, ["simulate", "--trace", str(trace), "--policy", "fifo",
+                                   "--workers", "1", "--tenants", str(tmp_path / "t.csv"),
+                                   "--out", str(tmp_path / "run")])
+    assert res.exit_code == 0, res.output
+    assert (f"note: {tmp_path / 't.csv'}: 2 tenant(s) not in the trace, whose controls apply "
+            "to nothing: 'bb', 'zz'") in res.output

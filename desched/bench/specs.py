@@ -144,10 +144,13 @@ class TraceSpec:
         part = part.with_columns(pl.col("submit_s") - t0)
         if self.load is not None:
             span = float(part["submit_s"].to_numpy().max())
-            if span > 0:
-                mean_s = float(part["duration_s"].to_numpy().mean())
-                offered = part.height / span * mean_s / workers
-                part = part.with_columns(pl.col("submit_s") * (offered / self.load))
+            if not span > 0:
+                raise DeschedError(
+                    f"trace {self.spec!r}: slice {seed} is submitted at one instant, so "
+                    f"load={self.load:g} cannot be applied (leave load out to run it as it is)")
+            mean_s = float(part["duration_s"].to_numpy().mean())
+            offered = part.height / span * mean_s / workers
+            part = part.with_columns(pl.col("submit_s") * (offered / self.load))
         return part
 
 

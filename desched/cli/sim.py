@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +33,15 @@ FORCE_OPTION = click.option("--force", is_flag=True,
                                  "(they are replaced).")
 WORKERS_OPTION = click.option("--workers", required=True, type=click.IntRange(min=1),
                               help="Number of workers.")
+def _finite_window(ctx: click.Context, param: click.Parameter, value: float | None
+                   ) -> float | None:
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a finite number of seconds")
+    return value
+
+
 WINDOW_OPTION = click.option("--window-s", type=click.FloatRange(min=0, min_open=True),
-                             default=None,
+                             default=None, callback=_finite_window,
                              help="Window length for drift metrics (default: submission span / "
                                   "20; never under the run's span / 1000, so at most 1,000 "
                                   "windows).")
@@ -244,8 +252,15 @@ def simulate(
     fresh_folder(out, force)
     controls = None if tenants_file is None else Controls.read(tenants_file)
     name, params = policy_spec(policy)
-    summary = run_policy(read_trace_or_swf(trace_path), name, params, workers, out, seed,
-                         window_s, controls, engine=engine, decision_log=not no_decision_log)
+    trace = read_trace_or_swf(trace_path)
+    if controls is not None:
+        absent = sorted(set(controls.tenants) - set(trace["tenant"].unique().to_list()))
+        if absent:
+            named = ", ".join(repr(t) for t in absent[:5]) + (", ..." if len(absent) > 5 else "")
+            print(f"note: {tenants_file}: {len(absent)} tenant(s) not in the trace, whose "
+                  f"controls apply to nothing: {named}", file=sys.stderr, flush=True)
+    summary = run_policy(trace, name, params, workers, out, seed, window_s, controls,
+                         engine=engine, decision_log=not no_decision_log)
     click.echo(
         f"{out}: {summary.tasks} tasks, mean wait {summary.mean_wait_s:.1f} s, "
         f"p99 response {summary.p99_response_s:.1f} s, Jain {summary.jain_slowdown:.3f}, "
@@ -300,7 +315,17 @@ def top_tenants(summary: RunSummary, n: int) -> list[str]:
 
 
 def plot_wait_over_time(run_dirs: dict[str, Path], tenants: list[str], out: Path) -> Path:
-    """One panel per policy: mean wait per time bin of each named tenant and of the rest."""
+    """One panel per policy: mean wait per time bin of each named tenant and of the rest.
+    Tenant names the font cannot draw (emoji, some scripts) are drawn as boxes, without
+    matplotlib's warning per missing glyph; a long name is cut at 40 characters."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Glyph .* missing from")
+        return _plot_wait_over_time(run_dirs, tenants, out)
+
+
+def _plot_wait_over_time(run_dirs: dict[str, Path], tenants: list[str], out: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -324,7 +349,8 @@ def plot_wait_over_time(run_dirs: dict[str, Path], tenants: list[str], out: Path
             part = binned.filter(pl.col("who") == who)
             if part.height:
                 style = {"color": "black", "lw": 2.0} if rank == 0 else {"lw": 1.0}
-                ax.plot(part["hour"], part["wait_s"], label=who, marker=".", ms=4, **style)
+                label = who if len(who) <= 40 else who[:39] + "…"
+                ax.plot(part["hour"], part["wait_s"], label=label, marker=".", ms=4, **style)
         ax.set_title(policy, fontsize=10, loc="left")
         ax.set_ylabel("mean wait (s)")
         ax.set_yscale("symlog", linthresh=1.0)
@@ -369,6 +395,10 @@ def compare(
     parsed = {spec: policy_spec(spec, "--policies") for spec in specs}
     fresh_folder(out, force)
     trace = read_trace_or_swf(trace_path)
+    from desched.policies import check_reads
+
+    for name, _ in parsed.values():  # and a policy the trace cannot feed, before any run
+        check_reads(name, "predicted_s" in trace.columns)
     summaries: dict[str, RunSummary] = {}
     run_dirs: dict[str, Path] = {}
     for spec, (name, params) in parsed.items():
