@@ -190,13 +190,17 @@ def _where_index(valid: npt.NDArray[np.bool_], index: npt.NDArray[np.int64]) -> 
 def decision_log_from_arrays(
     tasks: pl.DataFrame, decisions: pl.DataFrame, result: SimResult,
     completed: npt.NDArray[np.int64],
+    event_times: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]] | None = None,
 ) -> pl.DataFrame:
     """``decision_log_frame(decisions, completions_frame(tasks))``, the same frame, built
     without concatenating and reordering the two record frames: the shared columns by one
     numpy gather each, every other column by one gather with a null where the record is
     of the other kind. ``completed`` is ``completion_order(result)``. Where a trace column
     and a decision column share a name the two record kinds mix in one column, which the
-    reference builds (its supertype)."""
+    reference builds (its supertype). ``event_times``: the decisions' and the completions'
+    times (in ``completed`` order) to order the records by, where the frames' own are the
+    simulated ones shifted (``write_run``'s ``origin``) and rounding may have merged two
+    instants."""
     own = {"task_id", "tenant", "task_type", "submit_s", "duration_s", "start_s", "end_s",
            "worker", "wait_s", "response_s", "predicted_s", "mem_mb"}
     reserved = {*DECISION_COLUMNS, *COMPLETION_COLUMNS, "kind"}
@@ -212,7 +216,7 @@ def decision_log_from_arrays(
     nd = len(d.task)
     d_t = decisions["t"].to_numpy()
     c_t = tasks["end_s"].to_numpy()[completed]
-    order = merge_order(d_t, c_t)
+    order = merge_order(*(event_times or (d_t, c_t)))
     is_decision = order < nd
     row_task = np.concatenate((decisions_tasks(result), completed))[order]
     worker = np.concatenate((decisions["worker"].to_numpy(),
@@ -253,10 +257,16 @@ def write_run(
     seed: int,
     window_s: float | None = None,
     decision_log: bool = True,
+    origin: float = 0.0,
+    submit_s: pl.Series | None = None,
 ) -> RunSummary:
     """Write the run folder and return its summary (also written as ``summary.json``);
     ``decision_log=False`` leaves out ``decision-log.parquet`` (a bench run that does not
-    ingest it). Every column is built from arrays (numpy, polars), none row by row. The
+    ingest it). ``origin``: ``trace`` and ``result`` are the user's trace shifted to start at
+    0 (its ``submit_s`` minus ``origin``, ``run_policy``), where a short duration keeps its
+    precision however late the trace's clock starts; the metrics are computed there (waits,
+    responses, slowdowns, ``summary.json``'s figures), and the files carry the trace's own
+    clock: ``submit_s`` (the trace's column, given) and every other instant plus ``origin``. Every column is built from arrays (numpy, polars), none row by row. The
     Parquet files are written on a second thread (polars releases the GIL) while this one
     builds the decision log and computes the metrics; ``summary.json`` is written last, once
     every file is, and a failed write raises here."""
@@ -266,21 +276,34 @@ def write_run(
     out.mkdir(parents=True, exist_ok=True)
     tasks = tasks_frame(trace, result)
     decisions = decisions_frame(trace, result, components)
+    completed = completion_order(result)
+    tasks_out, decisions_out, event_times = tasks, decisions, None
+    if origin:
+        assert submit_s is not None
+        tasks_out = tasks.with_columns(submit_s, pl.col("start_s") + origin,
+                                       pl.col("end_s") + origin)
+        decisions_out = decisions.with_columns(pl.col("t") + origin)
+        event_times = (decisions["t"].to_numpy(), tasks["end_s"].to_numpy()[completed])
     log = out / "decision-log.parquet"
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="desched-write") as writer:
         written = [
             writer.submit(frame.write_parquet, out / name, compression_level=PARQUET_ZSTD_LEVEL)
-            for name, frame in (("tasks.parquet", tasks), ("decisions.parquet", decisions))
+            for name, frame in (("tasks.parquet", tasks_out),
+                                ("decisions.parquet", decisions_out))
         ]
-        completed = completion_order(result)
         if decision_log:
             written.append(writer.submit(
-                decision_log_from_arrays(tasks, decisions, result, completed).write_parquet,
+                decision_log_from_arrays(tasks_out, decisions_out, result, completed,
+                                         event_times).write_parquet,
                 log, compression_level=PARQUET_ZSTD_LEVEL))
         elif log.exists():
             log.unlink()  # a stale log of an earlier run in this folder
         summary = summary_of(tasks, result, params=params, seed=seed, window_s=window_s,
                              completed=completed)
+        if origin:
+            summary = summary.model_copy(update={"windows": [
+                w.model_copy(update={"start_s": w.start_s + origin, "end_s": w.end_s + origin})
+                for w in summary.windows]})
         for write in written:
             write.result()
     (out / "summary.json").write_text(json_text(summary.model_dump(), indent=2) + "\n")

@@ -133,3 +133,38 @@ def test_every_command_has_help(command):
     res = invoke(command, "--help")
     assert res.exit_code == 0
     assert "Usage:" in res.output
+
+
+def test_a_trace_on_an_epoch_clock_is_simulated_as_the_same_trace_starting_at_zero(tmp_path):
+    """Short tasks stamped with epoch seconds (a double's spacing there is 2.4e-7 s): the run
+    is the run of the trace shifted to 0, on the trace's own clock in the files."""
+    from desched.workloads import generate
+
+    base = generate("steady", tasks=400, tenants=3, workers=2, seed=4).with_columns(
+        pl.col("duration_s") * 1e-5)  # tens of microseconds
+    epoch = base.with_columns(pl.col("submit_s") + 1.7e9)
+    shifted = epoch.with_columns(pl.col("submit_s") - pl.col("submit_s").min())
+    runs = {}
+    for name, frame in (("epoch", epoch), ("shifted", shifted)):
+        frame.write_parquet(tmp_path / f"{name}.parquet")
+        res = invoke("simulate", "--trace", str(tmp_path / f"{name}.parquet"), "--policy",
+                     "ifs-memoryless", "--workers", "2", "--out", str(tmp_path / name))
+        assert res.exit_code == 0, res.output
+        runs[name] = (pl.read_parquet(tmp_path / name / "tasks.parquet"),
+                      json.loads((tmp_path / name / "summary.json").read_text()))
+    (tasks, summary), (ref_tasks, ref_summary) = runs["epoch"], runs["shifted"]
+    assert tasks["submit_s"].equals(epoch["submit_s"])  # the trace's own column
+    for column in ("worker", "wait_s", "response_s"):
+        assert tasks[column].equals(ref_tasks[column]), column
+    # before: up to 9.7 % off the duration, and responses shorter than it
+    assert (tasks["response_s"] >= tasks["duration_s"] * (1 - 1e-6)).all()
+    origin = float(epoch["submit_s"].min())
+    assert ((tasks["start_s"] - origin) - ref_tasks["start_s"]).abs().max() < 1e-6
+    for w, ref in zip(summary.pop("windows"), ref_summary.pop("windows"), strict=True):
+        assert (w["start_s"], w["end_s"]) == (ref["start_s"] + origin, ref["end_s"] + origin)
+    for key in ("decisions_per_s",):
+        summary.pop(key), ref_summary.pop(key)
+    assert summary == ref_summary
+    log = pl.read_parquet(tmp_path / "epoch" / "decision-log.parquet")
+    ref_log = pl.read_parquet(tmp_path / "shifted" / "decision-log.parquet")
+    assert log["kind"].equals(ref_log["kind"]) and log["task_id"].equals(ref_log["task_id"])
