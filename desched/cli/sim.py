@@ -70,6 +70,11 @@ def keep_freed_memory() -> None:
     mallopt(m_trim_threshold, (1 << 31) - 1)
 
 
+LATE_CLOCK_S = float(2**20)
+"""A trace whose first submission is at or after this (about 12 days) is simulated on its
+clock shifted to start at 0 (``run_policy``)."""
+
+
 def one_blas_thread() -> None:
     """Leave out OpenBLAS's thread pool, which numpy starts on import: ``desched simulate``
     multiplies no matrices, and the pool's idle threads spin for about 0.1 s of CPU after
@@ -95,9 +100,9 @@ def run_policy(
     """Simulate one policy over a validated trace and write its run folder; returns the
     summary. ``controls`` (``desched.controls.Controls``) and the trace's ``priority``
     column apply tenant controls. ``engine`` (``desched.simulator.simulate``): where the
-    policy's compiled kernel runs, the trace goes to it as arrays, with no task table. The
-    run is simulated on the trace's clock shifted to start at 0 and written on its own
-    (``write_run``'s ``origin``)."""
+    policy's compiled kernel runs, the trace goes to it as arrays, with no task table. A
+    trace whose clock starts at or after ``LATE_CLOCK_S`` is simulated shifted to start at 0
+    and written on its own clock (``write_run``'s ``origin``)."""
     import polars as pl
 
     from desched import kernels
@@ -106,12 +111,16 @@ def run_policy(
     from desched.runs import write_run
     from desched.simulator import simulate, simulate_arrays
 
-    # simulated on its own clock shifted to start at 0: a trace stamped with epoch seconds
-    # (1.7e9, where a double's spacing is 2.4e-7 s) keeps its short durations exact
+    # A trace whose clock starts late (epoch seconds: at 1.7e9 a double's spacing is 2.4e-7
+    # s) is simulated shifted to start at 0, so that short durations keep their precision.
+    # Below LATE_CLOCK_S (spacing under 2.4e-10 s) the trace runs as it is: bit for bit the
+    # run the live service's policy objects replay (tests/test_kernels.py).
     submitted = trace["submit_s"]
     origin = float(submitted.min()) if trace.height else 0.0  # type: ignore[arg-type]
-    if origin > 0:
+    if origin >= LATE_CLOCK_S:
         trace = trace.with_columns(pl.col("submit_s") - origin)
+    else:
+        origin = 0.0
     inputs = None
     if engine != "python" and kernels.available(policy_name):
         inputs = kernel_inputs(trace, controls)
@@ -146,7 +155,7 @@ def run_policy(
         seed=seed,
         window_s=window_s,
         decision_log=decision_log,
-        origin=max(origin, 0.0),
+        origin=origin,
         submit_s=submitted,
     )
 
