@@ -266,7 +266,8 @@ def write_run(
     0 (its ``submit_s`` minus ``origin``, ``run_policy``), where a short duration keeps its
     precision however late the trace's clock starts; the metrics are computed there (waits,
     responses, slowdowns, ``summary.json``'s figures), and the files carry the trace's own
-    clock: ``submit_s`` (the trace's column, given) and every other instant plus ``origin``. Every column is built from arrays (numpy, polars), none row by row. The
+    clock: ``submit_s`` (the trace's column, given) and every other instant plus
+    ``origin``. Every column is built from arrays (numpy, polars), none row by row. The
     Parquet files are written on a second thread (polars releases the GIL) while this one
     builds the decision log and computes the metrics; ``summary.json`` is written last, once
     every file is, and a failed write raises here."""

@@ -91,3 +91,43 @@ def test_a_second_request_stalled_on_a_kept_alive_connection_gets_408(service: S
         answer, _ = _read_until_closed(sock)
     assert answer.startswith(b"HTTP/1.1 200 ")
     assert b"HTTP/1.1 408 " in answer
+
+
+def test_the_deadline_never_cuts_off_an_answer_still_being_made_on_the_connection() -> None:
+    """The protocol alone, in this process, over an app that takes longer than the deadline
+    to answer: a second request stalled behind it (pipelined) waits for that answer, which
+    arrives whole, and only then gets its 408."""
+    import asyncio
+    import threading
+
+    import uvicorn
+
+    from desched.service.header_deadline import header_deadline_protocol
+
+    async def slow(scope: dict, receive: object, send: object) -> None:
+        if scope["type"] != "http":
+            return
+        await asyncio.sleep(3 * DEADLINE_S)
+        await send({"type": "http.response.start", "status": 200,  # type: ignore[operator]
+                    "headers": [(b"content-length", b"4")]})
+        await send({"type": "http.response.body", "body": b"done"})  # type: ignore[operator]
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(slow, log_level="warning", lifespan="off",
+                                           http=header_deadline_protocol(DEADLINE_S)))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.01)
+        with socket.create_connection(("127.0.0.1", port), timeout=10 * DEADLINE_S) as client:
+            client.sendall(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHo")
+            answer, waited = _read_until_closed(client)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    first, _, rest = answer.partition(b"done")
+    assert first.startswith(b"HTTP/1.1 200 ") and rest.startswith(b"HTTP/1.1 408 "), answer
+    assert waited >= 3 * DEADLINE_S

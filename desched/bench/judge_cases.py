@@ -164,6 +164,11 @@ class Case:
         )
 
 
+def case_notes(case: Case | CaseInfo) -> list[str]:
+    """What a user should hear about a prepared case: ``dropped_note``, ``load_note``."""
+    return [note for note in (dropped_note(case), load_note(case)) if note]
+
+
 def load_note(case: Case | CaseInfo) -> str | None:
     """Where a log's test part could not be rescaled to the judge's load (every task of it
     submitted at one instant), a line that says so, else None."""
@@ -337,9 +342,8 @@ def prepare_log(
     if base is not None:
         _write_cache(base, case)
     if progress:
-        for note in (dropped_note(case), load_note(case)):
-            if note:
-                progress(note)
+        for note in case_notes(case):
+            progress(note)
     if progress:
         progress(f"{name}: {case.tasks} test tasks on {workers} workers, model MAE "
                  f"{model.mae_s:.0f} s")

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from desched.bench import judge as jd
-from desched.bench.judge_cases import SCENARIO_TEST_SEED, Progress, dropped_note, load_note
+from desched.bench.judge_cases import SCENARIO_TEST_SEED, Progress, case_notes
 from desched.bench.pool import SERIAL, Pool
 from desched.bench.verdicts import PREFILLED
 
@@ -72,9 +72,8 @@ def prepare_cases(logs: Sequence[tuple[Path, int | None]], scenarios: Sequence[t
     cases = list(pool(_prepare, calls, done=ready))
     if progress is not None:
         for case in cases:
-            for note in (dropped_note(case), load_note(case)):
-                if note:
-                    progress(note)
+            for note in case_notes(case):
+                progress(note)
     return cases
 
 

@@ -33,6 +33,8 @@ FORCE_OPTION = click.option("--force", is_flag=True,
                                  "(they are replaced).")
 WORKERS_OPTION = click.option("--workers", required=True, type=click.IntRange(min=1),
                               help="Number of workers.")
+
+
 def _finite_window(ctx: click.Context, param: click.Parameter, value: float | None
                    ) -> float | None:
     if value is not None and not math.isfinite(value):
@@ -407,6 +409,7 @@ def compare(
     """
     import re
 
+    from desched.policies import check_reads
     from desched.swf import read_trace_or_swf
 
     specs = list(dict.fromkeys(split_specs(policies)))
@@ -416,8 +419,6 @@ def compare(
     parsed = {spec: policy_spec(spec, "--policies") for spec in specs}
     fresh_folder(out, force)
     trace = read_trace_or_swf(trace_path)
-    from desched.policies import check_reads
-
     for name, _ in parsed.values():  # and a policy the trace cannot feed, before any run
         check_reads(name, "predicted_s" in trace.columns)
     summaries: dict[str, RunSummary] = {}

@@ -6,12 +6,13 @@ client that opens a connection and sends nothing, or stops in the middle of its 
 connection, its socket and its file descriptor are held for ever, and enough such clients
 (slowloris) exhaust the process's descriptors. ``header_deadline_protocol`` is uvicorn's
 httptools protocol with one timer per connection: armed when the connection opens and when a
-request's first byte arrives, disarmed when that request's headers are complete. At the
-deadline a connection in the middle of a request's headers gets a JSON 408 with ``connection:
-close``, an idle one (nothing of a request received) is closed; neither reached the app, so
-nothing was read or changed. A request whose headers completed is not touched, nor is the
-answer to an earlier request on the same connection that is still being written (the
-deadline starts again until that answer is out).
+chunk ends in the middle of a request's headers (so from about its first byte), disarmed
+when that request's headers are complete; a request whose headers come whole in one chunk,
+the usual case, sets no timer. At the deadline a connection in the middle of a request's
+headers gets a JSON 408 with ``connection: close``, an idle one (nothing of a request
+received) is closed; neither reached the app, so nothing was read or changed. A request
+whose headers completed is not touched, nor is the answer to an earlier request on the same
+connection that is still being written (the deadline starts again until that answer is out).
 """
 
 from __future__ import annotations
@@ -62,10 +63,17 @@ def header_deadline_protocol(timeout_s: float) -> type[asyncio.Protocol]:
             self._disarm()
             super().connection_lost(exc)
 
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            # a request whose headers did not all come in this chunk: its deadline runs from
+            # now (no timer at all for the usual request, whole in one chunk: none on the
+            # poll path)
+            if self._in_headers and self._deadline is None and not self.transport.is_closing():
+                self._arm()
+
         def on_message_begin(self) -> None:
             super().on_message_begin()
             self._in_headers = True
-            self._arm()
 
         def on_headers_complete(self) -> None:
             self._in_headers = False
