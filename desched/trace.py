@@ -64,8 +64,8 @@ def validate_trace(frame: pl.DataFrame, source: str = "trace") -> pl.DataFrame:
     required column (or in ``predicted_s`` when present), a duplicate ``task_id``, a negative
     or non-finite ``submit_s``, a non-positive or non-finite ``duration_s`` or ``predicted_s``,
     a ``submit_s`` or ``duration_s`` above ``MAX_SECONDS``,
-    and a quantile prediction (``QUANTILE_COLUMNS``) that is neither absent (NaN or null) nor
-    finite and positive.
+    a quantile prediction (``QUANTILE_COLUMNS``) that is neither absent (NaN or null) nor
+    finite and positive, and a ``priority`` (optional) that is not an integer.
     Rows are numbered from 0 in file order.
     """
     missing = [c for c in REQUIRED if c not in frame.columns]
@@ -118,6 +118,19 @@ def validate_trace(frame: pl.DataFrame, source: str = "trace") -> pl.DataFrame:
             checks.append((column, (q.is_not_null() & ~q.is_nan()
                                     & ~(q.is_finite() & (q > 0))).fill_null(False),
                            "> 0 (or NaN where absent)"))
+    if "priority" in frame.columns:  # optional, any integer type; higher runs first
+        priority = frame["priority"]
+        if priority.dtype.is_integer():
+            bad_priority = priority.is_null()
+        elif priority.dtype.is_float():
+            bad_priority = (~priority.is_finite() | (priority != priority.floor())).fill_null(True)
+        else:
+            bad_priority = priority.cast(pl.Int64, strict=False).is_null()
+        if bad_priority.any():
+            raise DeschedError(
+                f"{source}: column 'priority' must hold integers; {bad_priority.sum()} row(s) "
+                f"do not, first at row(s) {_first_rows(bad_priority)}"
+            )
     for column, bad, rule in checks:
         if bad.any():
             raise DeschedError(

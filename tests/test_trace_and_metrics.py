@@ -45,6 +45,10 @@ def test_a_trace_without_a_required_column_is_refused_naming_it(column):
         ("task_id", ["x", "y", "x"], r"'task_id' has duplicate ids \(e.g. 'x'\).*0, 2"),
         ("tenant", ["a", None, "b"], r"'tenant' has 1 null\(s\), first at row\(s\) 1"),
         ("duration_s", [3.0, float("nan"), 1.0], r"'duration_s' must be finite"),
+        ("priority", [1.5, 0.0, float("nan")],
+         r"^t.parquet: column 'priority' must hold integers; 2 row\(s\) do not, .* 0, 2$"),
+        ("priority", [0, None, 1], r"'priority' must hold integers; 1 row\(s\).* 1$"),
+        ("priority", ["1", "high", "2"], r"'priority' must hold integers; .*row\(s\) 1$"),
     ],
 )
 def test_a_bad_trace_is_refused_naming_the_column_and_first_bad_rows(column, values, message):
@@ -60,6 +64,12 @@ def test_a_column_of_the_wrong_type_is_refused_naming_it():
     frame = good().with_columns(pl.Series("predicted_p90_s", ["a", "b", "c"]))
     with pytest.raises(DeschedError, match="column 'predicted_p90_s' has type String"):
         validate_trace(frame)
+
+
+def test_an_integer_priority_passes_in_any_integer_or_integral_float_type() -> None:
+    for values in ([2, -1, 0], [2.0, -1.0, 0.0], ["2", "-1", "0"]):
+        frame = good().with_columns(pl.Series("priority", values))
+        assert validate_trace(frame, "t.parquet")["priority"].cast(pl.Int64).to_list() == [2, -1, 0]
 
 
 def test_absent_quantile_predictions_nan_or_null_pass() -> None:
