@@ -163,7 +163,8 @@ def simulate(
     d_parts: list[array] = [array("d") for _ in range(n_parts)]  # type: ignore[type-arg]
 
     running: list[tuple[float, int, int]] = []  # (end, worker, task): ties in worker order
-    idle = list(range(workers))  # a heap of idle worker ids
+    # a heap of idle worker ids; past the n-th none ever gets a task (the lowest polls)
+    idle = list(range(min(workers, max(n, 1))))
     push, pop = policy.push, policy.pop
     # a policy that ignores completion records is not called for them (a generic shortcut,
     # the same for every policy that keeps the base no-op)

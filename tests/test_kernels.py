@@ -98,6 +98,21 @@ def test_every_kernel_decides_bit_identically_to_the_python_loop(
     assert_identical(kernel, python)
 
 
+@pytest.mark.parametrize("name", KERNEL_POLICIES)
+def test_more_workers_than_tasks_run_as_many_as_the_tasks_on_both_engines(name: str) -> None:
+    # a worker past the n-th never gets a task: a trillion workers decide as n do, and the
+    # run allocates nothing by the count asked for (it tried to: 7 TiB for the Python loop's
+    # heap of idle workers, 8 TB for the kernel's, more for boost-ledger's charge slots)
+    table = make_tasks(*(T("ab"[i % 2], submit_s=i % 3, duration_s=1 + i % 4,
+                           predicted_s=2 + i % 3) for i in range(7)))
+    as_many = both_engines(table, name, 7)
+    trillion = both_engines(table, name, 10**12)
+    assert_identical(*as_many)
+    assert_identical(*trillion)
+    assert_identical(trillion[0], as_many[0])
+    assert trillion[0].workers == 10**12
+
+
 IFS_KERNELS = ("ifs-memoryless", "ifs-counter", "ifs-predicted")
 _ifs_weight = st.sampled_from(["0", "0", "0.1", "0.5", "0.9", "1", "3", "1e-12", "1e12"])
 

@@ -314,6 +314,9 @@ def run(
     d_qlen = np.zeros(n, dtype=np.int64)
     d_backlog = np.zeros(n, dtype=np.int64)
     tq = np.zeros(nt, dtype=np.int64)
+    # A worker past the n-th never gets a task (the lowest idle worker polls, and at most n
+    # run at once): the run is that of n workers, without arrays of the size asked for.
+    workers = min(workers, max(n, 1))
     rend = np.zeros(workers, dtype=np.float64)
     rw = np.zeros(workers, dtype=np.int64)
     ri = np.zeros(workers, dtype=np.int64)
