@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -180,10 +181,21 @@ def test_the_held_out_slice_is_the_last_tasks_by_submit_time(trained: TrainResul
 
 def test_the_promotion_rule_needs_a_strictly_lower_mae() -> None:
     assert decide(1.0, None, None).promoted
+    assert decide(1.0, None, None, baseline_mae_s=1.5).promoted
+    for baseline in (1.0, 0.5):  # a tie with the constant prediction is no gain either
+        first = decide(1.0, None, None, baseline_mae_s=baseline)
+        assert not first.promoted and "constant median prediction" in first.reason
+    beaten = decide(1.0, "v0001", 2.0, baseline_mae_s=0.9)
+    assert not beaten.promoted and beaten.champion_mae_s == 2.0
     assert decide(1.0, "v0001", 2.0).promoted
     tie = decide(2.0, "v0001", 2.0)
     assert not tie.promoted and "does not beat champion v0001" in tie.reason
     assert decide(9.0, "v0001", None, unscorable="it needs feature column(s) pages").promoted
+
+
+MID = TrainSettings(max_rounds=10, objectives=("l2",), quantiles=())
+"""Beats the constant median prediction on ``small_trace`` (MAE 9.8 s against 13.3 s) and
+loses to ``FAST`` (4.3 s); ``WEAK`` (14.1 s) beats neither."""
 
 
 def test_a_better_version_is_promoted_and_a_worse_one_is_kept_as_rejected_with_its_reason(
@@ -191,23 +203,79 @@ def test_a_better_version_is_promoted_and_a_worse_one_is_kept_as_rejected_with_i
 ) -> None:
     reg = Registry(tmp_path / "duration")
     weak = register(reg.root, train(small_trace(), WEAK), commit="abc")
-    assert (weak.verdict, reg.champion()) == ("promoted", "v0001")
+    # no champion yet, and still not promoted: a constant prediction does better
+    assert (weak.verdict, reg.champion()) == ("rejected", None)
+    assert weak.reason.startswith("MAE ") and (
+        "does not beat the constant median prediction's" in weak.reason)
+    assert weak.beats_baselines["global_median"] is False
+
+    mid = register(reg.root, train(small_trace(), MID), commit="abc")
+    assert (mid.verdict, mid.reason, reg.champion()) == ("promoted", "no champion yet", "v0002")
 
     good = register(reg.root, trained, commit="abc")
-    assert (good.verdict, reg.champion()) == ("promoted", "v0002")
-    assert good.promotion.champion_before == "v0001"
+    assert (good.verdict, reg.champion()) == ("promoted", "v0003")
+    assert good.promotion.champion_before == "v0002"
     assert good.promotion.champion_mae_s is not None
     assert good.promotion.champion_mae_s > good.promotion.challenger_mae_s
 
-    worse = register(reg.root, train(small_trace(), WEAK), commit="abc")
+    worse = register(reg.root, train(small_trace(), MID), commit="abc")
     assert worse.verdict == "rejected"
-    assert "does not beat champion v0002" in worse.reason
-    assert reg.champion() == "v0002"
-    assert reg.versions() == ["v0001", "v0002", "v0003"]
-    card = json.loads((reg.root / "v0003" / "card.json").read_text())
+    assert "does not beat champion v0003" in worse.reason
+    assert reg.champion() == "v0003"
+    assert reg.versions() == ["v0001", "v0002", "v0003", "v0004"]
+    card = json.loads((reg.root / "v0004" / "card.json").read_text())
     assert card["verdict"] == "rejected" and card["reason"] == worse.reason
     for name in ("model.txt", "model.so", "card.json"):
-        assert (reg.root / "v0003" / name).is_file()
+        assert (reg.root / "v0004" / name).is_file()
+    # readable by a service run as another user: the umask's mode, not mkstemp's 0600
+    for path in (reg.root / "CHAMPION", reg.root / "v0004" / "card.json"):
+        assert path.stat().st_mode & 0o777 == 0o666 & ~_umask()
+
+
+def test_two_registrations_racing_into_one_registry_are_judged_one_after_the_other(
+    tmp_path: Path, trained: TrainResult, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each registration reads the champion, then waits (up to 2 s) for the other to have read
+    # it too. Without the registry's lock both read "none", both were promoted and the last
+    # pointer written won, whichever model was better; with it the second waits for the first.
+    import threading
+
+    from desched.models import promotion
+
+    mid = train(small_trace(), MID)
+    both_read = threading.Barrier(2, timeout=2.0)
+    read_champion = promotion._current_champion
+
+    def slow_read(reg: Registry) -> str | None:
+        champion = read_champion(reg)
+        try:
+            both_read.wait()
+        except threading.BrokenBarrierError:
+            pass
+        return champion
+
+    monkeypatch.setattr(promotion, "_current_champion", slow_read)
+    cards = {}
+
+    def run(name: str, result: TrainResult) -> None:
+        cards[name] = register(tmp_path / "duration", result, commit="abc", compile_model=False)
+
+    threads = [threading.Thread(target=run, args=a) for a in (("mid", mid), ("good", trained))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(c.reason == "no champion yet" for c in cards.values()) == [False, True]
+    good, champion = cards["good"], Registry(tmp_path / "duration").champion()
+    assert good.verdict == "promoted" and champion == good.version
+    assert cards["mid"].verdict == ("promoted" if cards["mid"].version < good.version
+                                    else "rejected")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def test_the_card_records_features_window_metrics_baselines_and_commit(

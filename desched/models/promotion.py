@@ -6,11 +6,20 @@ the card last (atomically), and moves the champion pointer when the version is p
 
 Promotion rules:
 
-- **Duration model** (``decide``): a new version becomes the champion when there is no
-  champion, when the champion cannot score the new held-out slice (its features are absent,
-  or its files are unreadable: the reason says so), or when its MAE on the new version's
-  held-out slice is strictly lower than the champion's MAE on the very same rows. Otherwise
-  the version is kept and marked rejected, with both MAEs in the reason.
+- **Duration model** (``decide``): a new version whose MAE on its held-out slice does not
+  beat the constant prediction (the training rows' median duration, the ``global_median``
+  baseline, on the same rows) is rejected: it knows nothing a constant does not, and a
+  service would rank on noise. Otherwise it becomes the champion when there is no champion,
+  when the champion cannot score the new held-out slice (its features are absent, or its
+  files are unreadable: the reason says so), or when its MAE on the new version's held-out
+  slice is strictly lower than the champion's MAE on the very same rows. Otherwise the
+  version is kept and marked rejected, with both MAEs in the reason.
+
+Registrations into one registry take turns (``registry_lock``, an exclusive ``flock`` on its
+``.lock`` file, held from reading the champion to moving the pointer): two trainings racing
+into one registry are compared one after the other, so the second is judged against the
+first if that one was promoted, never both against the old champion with the last write
+winning.
 - **Memory model** (``decide_memory``): the newest version replaces the champion. A memory
   model is refit on every completion record it is given, so a champion has usually seen the
   new version's held-out rows and a comparison on them would favour it.
@@ -22,11 +31,14 @@ imported inside the functions that use them.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -56,7 +68,11 @@ from desched.models.registry import CARD, CHAMPION, MODEL_FILE, Registry, file_s
 from desched.models.training import Model, TrainResult, mae
 
 COMPILED_FILE = "model.so"
-DURATION_RULE = "promote when MAE on this version's held-out slice < champion's on the same rows"
+DURATION_RULE = ("promote when MAE on this version's held-out slice < the constant median "
+                 "prediction's and < champion's, on the same rows")
+BASELINE = "global_median"
+"""The baseline a duration model must beat to be promoted at all: a constant prediction."""
+LOCK_FILE = ".lock"
 MEMORY_RULE = "the newest version replaces the champion (a memory model is refit on every row)"
 
 
@@ -76,8 +92,20 @@ def decide(
     champion: str | None,
     champion_mae_s: float | None,
     unscorable: str | None = None,
+    baseline_mae_s: float | None = None,
 ) -> Verdict:
-    """The duration model's promotion rule (module docstring), as a pure function."""
+    """The duration model's promotion rule (module docstring), as a pure function;
+    ``baseline_mae_s``: the constant median prediction's MAE on the same held-out rows (None:
+    not measured, no gate)."""
+    if baseline_mae_s is not None and not challenger_mae_s < baseline_mae_s:
+        return Verdict(
+            False,
+            f"MAE {challenger_mae_s:.4g} s does not beat the constant median prediction's "
+            f"{baseline_mae_s:.4g} s on its held-out slice",
+            champion,
+            champion_mae_s,
+            challenger_mae_s,
+        )
     if champion is None:
         return Verdict(True, "no champion yet", None, None, challenger_mae_s)
     if unscorable is not None:
@@ -120,7 +148,30 @@ def _write_atomic(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w") as handle:
         handle.write(text)
+        # mkstemp's 0600 would hide the card and the pointer from a service run as another
+        # user: the mode of any file created here (0666 less the umask)
+        os.fchmod(handle.fileno(), 0o666 & ~_umask())
     os.replace(tmp, path)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextmanager
+def registry_lock(root: Path) -> Iterator[None]:
+    """Hold the registry's exclusive lock (module docstring); blocks while another
+    registration holds it. The lock file stays (an empty ``.lock``); the kernel frees the
+    lock when its holder exits, however it ends."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / LOCK_FILE, "a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def git_commit(cwd: Path | None = None) -> str | None:
@@ -247,9 +298,10 @@ def register(
     the git commit (default: this checkout's HEAD); ``compile_model`` (duration models only)
     compiles the forest with lleaves for this host. A registry holds one kind of model: a
     result of the other kind is refused (``DeschedError``)."""
-    if isinstance(result, MemoryTrainResult):
-        return _register_memory(registry, result, commit)
-    return _register_duration(registry, result, commit, compile_model)
+    with registry_lock(Path(registry)):
+        if isinstance(result, MemoryTrainResult):
+            return _register_memory(registry, result, commit)
+        return _register_duration(registry, result, commit, compile_model)
 
 
 def _provenance(commit: str | None) -> tuple[str | None, str]:
@@ -267,7 +319,9 @@ def _register_duration(
     champion_mae, unscorable = (None, None)
     if champion is not None:
         champion_mae, unscorable = champion_mae_on(reg, champion, result)
-    verdict = decide(result.metrics["mae_s"] or 0.0, champion, champion_mae, unscorable)
+    baseline = result.baselines.get(BASELINE, {}).get("mae_s")
+    verdict = decide(result.metrics["mae_s"] or 0.0, champion, champion_mae, unscorable,
+                     baseline)
 
     folder = new_version_dir(reg.root)
     files = {"model": MODEL_FILE, "compiled": COMPILED_FILE}
