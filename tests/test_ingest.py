@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -520,3 +521,20 @@ def test_ingest_task_runs_are_named_by_folder_and_file_not_absolute_path(prefect
         seen = asyncio.run(names())
     assert [n for n in seen if n.startswith("ingest-")] == ["ingest-run-a-decision-log.parquet"]
     assert not any(str(tmp_path) in n for n in seen)
+
+
+@pytest.mark.parametrize("column", ["duration_s", "start_s", "submit_s", "t"])
+@pytest.mark.parametrize("value", [math.inf, -math.inf])
+def test_an_infinite_time_is_quarantined_as_non_finite_and_gx_agrees(tmp_path, column, value):
+    # A completion with an infinite duration made the polars rules flag end_after_clock as
+    # well (start + inf > t), which GX's pair test skips: the audit failed the whole file.
+    log = simulated_log(tmp_path / "logs" / "run1")
+    frame = pl.read_parquet(log)
+    row = frame.with_row_index("i").filter(pl.col("kind") == "completion")["i"][2]
+    frame = frame.with_columns(pl.when(pl.int_range(frame.height) == row).then(value)
+                               .otherwise(pl.col(column)).alias(column))
+    frame.write_parquet(log)
+    [report] = run_once(tmp_path / "logs", tmp_path / "w.duckdb", IngestSettings(audit_rows=None))
+    assert report.rows_quarantined >= 1 and report.audited_rows == frame.height
+    rules = query(tmp_path / "w.duckdb", "SELECT rule FROM quarantine")["rule"].to_list()
+    assert "non_finite_value" in rules

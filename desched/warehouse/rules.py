@@ -187,9 +187,15 @@ def _any_null(columns: Iterable[str]) -> pl.Expr:
     return pl.any_horizontal([pl.col(c).is_null() for c in columns])
 
 
+def _present(column: str) -> pl.Expr:
+    """Neither null nor NaN: pandas, and so GX, reads NaN as missing (a completion's
+    ``earliest_end_s`` is NaN when its duration is infinite: inf - inf)."""
+    return pl.col(column).is_not_null() & pl.col(column).is_not_nan()
+
+
 def _before(a: str, b: str) -> pl.Expr:
     """``a < b`` where both are present (GX's pair test with ``either_value_is_missing``)."""
-    return pl.col(a).is_not_null() & pl.col(b).is_not_null() & (pl.col(a) < pl.col(b))
+    return _present(a) & _present(b) & (pl.col(a) < pl.col(b))
 
 
 def rule_exprs(task_types: TaskTypes) -> dict[Rule, pl.Expr]:
