@@ -265,6 +265,14 @@ def test_a_second_service_on_the_same_database_is_refused(
 ) -> None:
     with pytest.raises(DeschedError, match="already owns"):
         make_scheduler(tmp_path / "state.db", now)
+    # the same file by another name: a symbolic link (to it, or to its folder), a relative
+    # path; each took a lock of its own before, and two services wrote one database
+    (tmp_path / "link.db").symlink_to(tmp_path / "state.db")
+    (tmp_path / "folder").symlink_to(tmp_path, target_is_directory=True)
+    for other in (tmp_path / "link.db", tmp_path / "folder" / "state.db",
+                  tmp_path / "folder" / ".." / tmp_path.name / "state.db"):
+        with pytest.raises(DeschedError, match="already owns"):
+            make_scheduler(other, now)
 
 
 def test_a_restart_keeps_the_leases_of_running_tasks_until_they_expire(

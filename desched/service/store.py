@@ -31,9 +31,11 @@ mode and a busy timeout let them write beside a running service.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import math
+import os
 import secrets
 import sqlite3
 import time
@@ -54,7 +56,6 @@ from desched.service.schema import SCHEMA
 class Dialect(StrEnum):
     SQLITE = "sqlite"
     POSTGRES = "postgresql"
-
 
 
 _SUBMITTED_COLUMNS = (
@@ -544,8 +545,6 @@ class Store:
             row = self.execute(_TRY_LOCK, (_ADVISORY_KEY,)).fetchone()
             self._holds_pg_lock = bool(row[0])
             return self._holds_pg_lock
-        import fcntl
-
         handle = self._lock_path.open("a")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -557,7 +556,8 @@ class Store:
 
     @property
     def _lock_path(self) -> Path:
-        return Path(f"{self.target}.serve-lock")
+        """By the real path: a symbolic link names the same lock (hard links: unsupported)."""
+        return Path(f"{os.path.realpath(self.target)}.serve-lock")
 
     def acquire_writer_lock(self) -> None:
         """Become the one service writing this database, or raise if another one is."""
@@ -586,8 +586,6 @@ class Store:
                 (_ADVISORY_KEY,),
             ).fetchone()
             return bool(row[0])
-        import fcntl
-
         if not self._lock_path.exists():
             return False
         with self._lock_path.open("a") as handle:
