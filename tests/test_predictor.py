@@ -303,3 +303,84 @@ def test_the_machine_cache_off_writes_nothing_and_a_read_only_one_still_compiles
             assert not (locked / "forests").exists()
     finally:
         locked.chmod(0o700)
+
+
+def test_the_service_follows_its_registrys_champion_keeping_the_tenant_history(
+    registry: Path, tmp_path: Path
+) -> None:
+    # A promotion (here: the champion's folder copied as the next version and pointed to) is
+    # loaded by the housekeeper's refresh, which before the service never did: a running
+    # service kept the model it started with whatever the nightly retraining promoted.
+    import threading
+
+    from desched.models.loading import load_duration_predictor
+    from desched.service.predictions import MODEL_CHECK_S, Predictions
+
+    root = copy_registry(registry, tmp_path)
+    first, _ = load_duration_predictor(root)
+    assert first is not None
+    predictions, lock = Predictions(first, None), threading.Lock()
+    predictions.registry = root
+    assert not predictions.refresh(lock, now=0.0) and predictions.version == "v0001"
+    predictions.observe_completion("tenant00", "ocr", 42.0)
+
+    def as_version(name: str, corrupt: bool = False) -> None:
+        shutil.copytree(root / "v0001", root / name)
+        card = json.loads((root / name / "card.json").read_text())
+        (root / name / "card.json").write_text(json.dumps({**card, "version": name}))
+        if corrupt:
+            with (root / name / "model.txt").open("a") as handle:
+                handle.write("junk\n")
+        (root / "CHAMPION").write_text(name + "\n")
+
+    as_version("v0002")
+    assert not predictions.refresh(lock, now=MODEL_CHECK_S / 2)  # not looked at yet
+    assert predictions.refresh(lock, now=MODEL_CHECK_S) and predictions.version == "v0002"
+    assert predictions.error is None
+    assert predictions.duration is not first
+    assert predictions.duration._recent["tenant00"][-1] == 42.0  # type: ignore[attr-defined]
+    as_version("v0003", corrupt=True)
+    assert not predictions.refresh(lock, now=2 * MODEL_CHECK_S)
+    assert predictions.version == "v0002"  # the last model that loaded serves on
+    assert predictions.error is not None and predictions.error.startswith(
+        "champion v0003 not loaded, v0002 serves: ")
+    assert not predictions.refresh(lock, now=3 * MODEL_CHECK_S)  # not retried until it moves
+    (root / "CHAMPION").write_text("v0001\n")
+    assert predictions.refresh(lock, now=4 * MODEL_CHECK_S) and predictions.version == "v0001"
+    assert predictions.error is None
+
+
+def test_healthz_names_the_model_serving_and_follows_a_promotion(
+    registry: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The whole app over a registry, with its real housekeeper: /healthz says which version
+    # serves, and a promotion is served within a check period, with no restart.
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from desched.service import predictions
+    from desched.service.app import create_app
+    from desched.service.settings import ServiceSettings
+
+    monkeypatch.setattr(predictions, "MODEL_CHECK_S", 0.1)
+    root = copy_registry(registry, tmp_path)
+    settings = ServiceSettings(db=str(tmp_path / "state.db"), log_dir=tmp_path / "logs",
+                               predictor_registry=root, sweep_s=0.05)
+    with TestClient(create_app(settings)) as client:
+        health = client.get("/healthz").json()
+        assert (health["model_version"], health["model_error"]) == ("v0001", None)
+        shutil.copytree(root / "v0001", root / "v0002")
+        card = json.loads((root / "v0002" / "card.json").read_text())
+        (root / "v0002" / "card.json").write_text(json.dumps({**card, "version": "v0002"}))
+        (root / "CHAMPION").write_text("v0002\n")
+        deadline = time.monotonic() + 20
+        while client.get("/healthz").json()["model_version"] != "v0002":
+            assert time.monotonic() < deadline, "the promotion was never loaded"
+            time.sleep(0.05)
+        (root / "CHAMPION").write_text("v0009\n")  # a pointer to nothing
+        while client.get("/healthz").json()["model_error"] is None:
+            assert time.monotonic() < deadline, "the dangling pointer was never reported"
+            time.sleep(0.05)
+        health = client.get("/healthz").json()
+        assert health["model_version"] == "v0002" and "v0009" in health["model_error"]

@@ -33,6 +33,11 @@ class FlakyScheduler:
     def __getattr__(self, name: str) -> Any:  # refresh_*, save_policy_state: nothing to do
         return lambda: None
 
+    class predictions:  # noqa: N801 (no registry to follow)
+        @staticmethod
+        def refresh(lock: Any) -> bool:
+            return False
+
 
 def _run(failures: list[BaseException], caplog: pytest.LogCaptureFixture) -> list[Any]:
     sched = FlakyScheduler(failures)

@@ -515,12 +515,16 @@ def test_the_train_command_on_a_warehouse_trains_each_workload_into_its_own_regi
     db = _warehouse(tmp_path / "w.duckdb", {
         str(tmp_path / "runs/a/decision-log.parquet"): small_trace(400, seed=1),
         str(tmp_path / "runs/b/decision-log.parquet"): generate("flood", tasks=300, seed=2),
+        str(tmp_path / "runs/c/decision-log.parquet"): small_trace(12, seed=3),
     })
     res = CliRunner().invoke(
         cli, ["train", "--warehouse", str(db), "--registry", "reg", "--max-rounds", "10"]
     )
+    # the workload too small to train is skipped and said so; it aborted the others before
     assert res.exit_code == 0, res.output
-    assert "runs-a: v0001 promoted" in res.output and "runs-b: v0001 promoted" in res.output
+    assert "runs-a: v0001 promoted" in res.stdout and "runs-b: v0001 promoted" in res.stdout
+    assert "runs-c: skipped (" in res.stderr and "12 tasks, too few to train" in res.stderr
+    assert not (tmp_path / "reg" / "runs-c").exists()
     rows = {k: json.loads((tmp_path / "reg" / k / "v0001" / "card.json").read_text())
             ["data_window"]["rows"] for k in ("runs-a", "runs-b")}
     assert rows == {"runs-a": 400, "runs-b": 300}

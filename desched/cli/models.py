@@ -45,7 +45,8 @@ def train(db: Path | None, trace: Path | None, registry: Path, max_rounds: int, 
 
     With --trace, one model in REGISTRY. With --warehouse, one model per workload of the warehouse
     (the folder of its log files) in REGISTRY/<workload>: unrelated workloads are never fitted
-    together. The new version becomes the champion only if its held-out MAE beats the
+    together; one too small to train is skipped and said so on stderr. The new version becomes
+    the champion only if its held-out MAE beats the constant median prediction's and the
     champion's on the same rows; otherwise it is kept, marked rejected, with the reason.
     """
     from desched.cli.grammar import writable_folder
@@ -76,11 +77,23 @@ def train(db: Path | None, trace: Path | None, registry: Path, max_rounds: int, 
     from desched.cli.progress import bar
 
     fits = len(settings.objectives) + len(settings.quantiles)
+    cards, skipped = [], []
     with bar(len(jobs) * fits, "train", "model") as shown:
-        cards = [register(folder, fit(frame, settings, source=source,
-                                      progress=lambda _: shown.update(1)))
-                 for folder, frame, source, key in jobs]
-    for (_, _, _, key), card in zip(jobs, cards):
+        for folder, frame, source, key in jobs:
+            try:
+                result = fit(frame, settings, source=source, progress=lambda _: shown.update(1))
+            except DeschedError as exc:  # a workload too small: the others still train
+                if key is None:
+                    raise
+                skipped.append(f"{key}: skipped ({exc})")
+                shown.update(fits)
+                continue
+            cards.append((key, register(folder, result)))
+    for line in skipped:
+        click.echo(line, err=True)
+    if not cards:
+        raise DeschedError(f"{db}: no workload could be trained ({len(skipped)} skipped)")
+    for key, card in cards:
         m = card.metrics
         click.echo(f"{key + ': ' if key else ''}{card.version} {card.verdict}: {card.reason}")
         click.echo(

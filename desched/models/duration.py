@@ -301,6 +301,14 @@ class Predictor:
         self._recent_type.setdefault((tenant, task_type), deque(maxlen=w)).append(duration_s)
         self._done[tenant] = self._done.get(tenant, 0) + 1
 
+    def adopt_history(self, other: object) -> None:
+        """Take over the tenant history ``other`` (the predictor this one replaces) learned
+        from completions, where both keep the same window; otherwise start empty."""
+        if getattr(other, "_window", None) == self._window:
+            self._recent = other._recent  # type: ignore[attr-defined]
+            self._recent_type = other._recent_type  # type: ignore[attr-defined]
+            self._done = other._done  # type: ignore[attr-defined]
+
     def _history(self, task: Mapping[str, Any]) -> dict[str, float]:
         tenant = task.get("tenant")
         recent = self._recent.get(tenant) if isinstance(tenant, str) else None

@@ -122,6 +122,7 @@ class Housekeeper(threading.Thread):
                 self.scheduler.refresh_controls()
                 self.scheduler.refresh_policy()
                 self.scheduler.save_policy_state()
+                self.scheduler.predictions.refresh(self.scheduler.lock)
             except Unavailable:  # the writer takes no more writes: the service is stopping
                 continue
             except unreachable as exc:  # the store reconnects on the next round's statement
@@ -136,7 +137,7 @@ class Housekeeper(threading.Thread):
 def build_scheduler(settings: ServiceSettings) -> Scheduler:
     """A scheduler over the settings' database, predictor and decision-log folder."""
     store = Store(settings.db, durability=settings.durability)
-    return Scheduler(
+    sched = Scheduler(
         store,
         write_store=Store(settings.db, durability=settings.durability),
         lease_s=settings.lease_s,
@@ -151,6 +152,8 @@ def build_scheduler(settings: ServiceSettings) -> Scheduler:
         state_save_s=settings.state_save_s,
         standby_poll_s=settings.standby_poll_s,
     )
+    sched.predictions.registry = settings.predictor_registry  # follows its champion
+    return sched
 
 
 class ServiceApp(FastAPI):
@@ -434,6 +437,8 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
         """Readiness: the role (active or standby), the live policy and queue sizes; 503
         while this service stands by."""
         health = sched.health()
+        health.model_version = sched.predictions.version
+        health.model_error = sched.predictions.error
         if health.role == "active":
             return health
         return JSONResponse(

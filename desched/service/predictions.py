@@ -13,20 +13,38 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
+from desched.errors import DeschedError
 from desched.models.interfaces import DurationPredictor, MemoryPredictor
 from desched.service.records import UNKNOWN_DURATIONS, Durations, NewTask
 
 logger = logging.getLogger("desched.service")
 
 
+MODEL_CHECK_S = 5.0
+"""How often the housekeeper looks at the duration registry's champion pointer."""
+
+
 class Predictions:
-    """The duration predictor and the memory model the service loaded (either may be None)."""
+    """The duration predictor and the memory model the service loaded (either may be None).
+
+    With ``registry`` (the duration model's registry) the service follows its champion:
+    ``refresh``, called by the housekeeper, loads a newly promoted champion (a scheduled
+    retraining's) and swaps it in under the scheduler's lock, keeping the tenant history
+    the old one learned from completions. A champion that will not load leaves the current
+    model serving; ``error`` says why until a champion loads. The active policy does not
+    change with the model (``desched policy set`` does that)."""
 
     def __init__(self, duration: DurationPredictor | None, memory: MemoryPredictor | None) -> None:
         self.duration = duration
         self.memory = memory
+        self.registry: Path | None = None
+        self.error: str | None = None
+        self._tried: str | None = None  # the champion last tried: not retried until it moves
+        self._checked = -math.inf
         self._memory_lock = threading.Lock()
         """Submits run in worker threads; the memory model is asked one batch at a time, as
         when every submit ran on the event loop (the duration model runs under the
@@ -50,6 +68,52 @@ class Predictions:
                 for v in map(float, self.duration.predict_labels(features))
             )
         )
+
+    @property
+    def version(self) -> str | None:
+        """The loaded duration model's version (None without one)."""
+        return getattr(self.duration, "version", None)
+
+    def refresh(self, lock: threading.Lock, now: float | None = None) -> bool:
+        """Load the registry's champion if it is not the loaded model (at most every
+        ``MODEL_CHECK_S``); whether a new model was swapped in. Loading runs outside
+        ``lock`` (a compile can take seconds); the swap holds it."""
+        now = time.monotonic() if now is None else now
+        if self.registry is None or now - self._checked < MODEL_CHECK_S:
+            return False
+        self._checked = now
+        from desched.models.registry import Registry
+
+        try:
+            champion = Registry(self.registry).champion()
+        except DeschedError as exc:
+            return self._refused(None, str(exc))
+        if champion is None or champion == self.version or champion == self._tried:
+            return False
+        self._tried = champion
+        from desched.models.loading import load_duration_predictor
+
+        try:
+            fresh, reason = load_duration_predictor(self.registry)
+        except (ImportError, OSError) as exc:
+            fresh, reason = None, f"{type(exc).__name__}: {exc}"
+        if fresh is None:
+            return self._refused(champion, reason or "no model")
+        with lock:
+            adopt = getattr(fresh, "adopt_history", None)
+            if self.duration is not None and adopt is not None:
+                adopt(self.duration)
+            self.duration, self.error = fresh, None
+        logger.warning("duration model %s loaded (the registry's new champion)", champion)
+        return True
+
+    def _refused(self, champion: str | None, reason: str) -> bool:
+        which = "the registry's champion" if champion is None else f"champion {champion}"
+        message = f"{which} not loaded, {self.version or 'no model'} serves: {reason}"
+        if message != self.error:
+            logger.warning("%s", message)
+        self.error = message
+        return False
 
     def labels(self) -> list[str]:
         """The task columns the duration predictor fills (none without one)."""

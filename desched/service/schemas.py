@@ -208,6 +208,13 @@ class Health(Body):
         "duration model loaded, one that needs no prediction without"
     )
     default_policy_reason: str = Field(description="why default_policy is the default")
+    model_version: str | None = Field(
+        default=None, description="the duration model's version serving (None without one); the "
+        "housekeeper loads the registry's new champion within seconds of its promotion"
+    )
+    model_error: str | None = Field(
+        default=None, description="why the registry's champion is not the model serving, if it is not"
+    )
 
 
 class Live(Body):
