@@ -33,7 +33,7 @@ class FlakyScheduler:
     def __getattr__(self, name: str) -> Any:  # refresh_*, save_policy_state: nothing to do
         return lambda: None
 
-    class predictions:  # noqa: N801 (no registry to follow)
+    class predictions:  # the duration registry: nothing to follow
         @staticmethod
         def refresh(lock: Any) -> bool:
             return False
