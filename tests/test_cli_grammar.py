@@ -107,8 +107,13 @@ def test_serve_and_policy_set_take_the_policy_spec_and_refuse_a_bad_one(tmp_path
     ok = run("policy", "set", "ifs-memoryless?w_wait=0.8", "--store", tmp_path / "s.db")
     assert ok.exit_code == 0, ok.output
     assert "live policy: ifs-memoryless" in ok.output and "'w_wait': 0.8" in ok.output
+    assert "or refuses it and says why in /healthz policy_error" in ok.output
+    assert "ranks on predicted durations" not in ok.output
     old_name = run("policy", "set", "fifo", "--db", tmp_path / "s.db")
     assert old_name.exit_code == 0, old_name.output
+    needs_model = run("policy", "set", "sjf-predicted", "--store", tmp_path / "s.db")
+    assert needs_model.exit_code == 0, needs_model.output
+    assert "a service without a duration model loaded refuses it" in needs_model.output
 
 
 def test_a_policy_spec_without_a_value_names_the_syntax(tmp_path):

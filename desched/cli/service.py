@@ -506,7 +506,7 @@ def policy() -> None:
 def policy_set(spec: str, db: str | None) -> None:
     """Switch the live policy to SPEC, NAME or 'NAME?KEY=VALUE&KEY=VALUE'; a running service
     picks it up within one sweep."""
-    from desched.policies import parse_params
+    from desched.policies import get_policy, parse_params
 
     name, raw = policy_spec(spec, "policy set")
     parsed = parse_params(name, raw)
@@ -515,4 +515,8 @@ def policy_set(spec: str, db: str | None) -> None:
         store.set_policy(name, raw)
     finally:
         store.close()
-    click.echo(f"live policy: {name} {parsed.model_dump()}")
+    click.echo(f"live policy: {name} {parsed.model_dump()} (recorded; a running service "
+               "switches within one sweep, or refuses it and says why in /healthz policy_error)")
+    if "predicted_s" in get_policy(name).reads:
+        click.echo(f"note: {name} ranks on predicted durations: a service without a duration "
+                   "model loaded refuses it and keeps its policy", err=True)
