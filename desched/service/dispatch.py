@@ -9,8 +9,13 @@ without a prediction fits anywhere, and a poll without ``free_mem_mb`` takes any
 afterwards the policy, its logged score included, is exactly as if only that task had been
 dispatched (``Policy.take``): a skipped task stays queued and no per-tenant state moves for it
 (a skipped round-robin tenant keeps its turn, a skipped VTC tenant is not charged;
-``desched/policies/base.py``). After ``max_fit_skips`` candidates that do not fit, the poll
-gets nothing and the policy is unchanged.
+``desched/policies/base.py``). The candidates of a tenant none of whose queued tasks fits
+are passed over without counting: after ``max_fit_skips`` other candidates that do not fit,
+the poll gets nothing and the policy is unchanged. (Counting them let one tenant's 64 tasks
+that fit no worker hold every memory-aware poll at 204 while other tenants' small tasks
+waited.) The walk counts every refusal first, which gives the same winner whenever it finds
+one; only when it gives up does ``_walk_without`` look at each tenant's smallest queued
+memory (one pass over the queue) and walk again without the tenants whose tasks cannot fit.
 
 Cost: one pop when the first candidate fits (a poll without ``free_mem_mb`` is a plain pop);
 for s skipped, about s + 1 pops and s pushes where a pop moves nothing but the queue, and
@@ -21,10 +26,10 @@ what its memory has left, while a task fits.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from desched.policies.base import Policy
+from desched.policies.base import Fits, Policy, first_fitting
 from desched.service.records import LiveTask
 
 if TYPE_CHECKING:
@@ -39,6 +44,7 @@ def pop_fitting(
     max_fit_skips: int,
     admit: Callable[[LiveTask], bool] | None = None,
     gate: Gate | None = None,
+    queued: Collection[int] | None = None,
 ) -> tuple[int | None, int]:
     """``(position, skipped)`` of the task the poll gets, or ``(None, skipped)`` when none of
     the first ``max_fit_skips`` candidates fits. The policy must not be empty.
@@ -59,6 +65,68 @@ def pop_fitting(
         return free_mem_mb is None or need is None or need <= free_mem_mb
 
     if gate is None:
-        return policy.pop_fitting(now, fits, max_fit_skips)
-    plain = free_mem_mb is None and admit is None
-    return gate.choose(policy, now, None if plain else fits, max_fit_skips)
+        winner, skipped = policy.pop_fitting(now, fits, max_fit_skips)
+    else:
+        plain = free_mem_mb is None and admit is None
+        winner, skipped = gate.choose(policy, now, None if plain else fits, max_fit_skips)
+    if winner is not None or skipped < max_fit_skips or free_mem_mb is None:
+        return winner, skipped
+    if gate is not None and gate.mixed:  # priority levels: the gate's walk alone
+        return winner, skipped
+    capped = set() if gate is None else {
+        k for k, cap in gate.caps.items() if gate.running[k] >= cap}
+    return _walk_without(policy, live, queued, now, free_mem_mb, fits, max_fit_skips, capped)
+
+
+def _walk_without(
+    policy: Policy,
+    live: Mapping[int, LiveTask],
+    queued: Collection[int] | None,
+    now: float,
+    free_mem_mb: float,
+    fits: Fits,
+    limit: int,
+    capped: set[int],
+) -> tuple[int | None, int]:
+    """``pop_fitting`` of the queue without the tenants none of whose queued tasks need at
+    most ``free_mem_mb`` (module docstring) and without the ``capped`` ones (at their
+    concurrency cap): O(queued) to find them, then the walk as ``Gate.choose`` walks past
+    capped tenants (popping and pushing back for a policy whose ``requeue_is_exact``, else
+    its ``pop_sequence`` without them); ``(None, skipped)`` with the policy unchanged when
+    nothing fits."""
+    if not queued:
+        return None, limit
+    tenant = policy.tasks.tenant
+    fitting: set[int] = set()
+    present: set[int] = set()
+    for i in queued:
+        k = tenant[i]
+        present.add(k)
+        need = live[i].predicted_mem_mb
+        if need is None or need <= free_mem_mb:
+            fitting.add(k)
+    hopeless = (present - fitting) | capped
+    if not present - hopeless or not present - fitting:
+        return None, limit
+    popped: list[int] = []
+
+    def popping() -> Iterator[int]:
+        while len(policy):
+            i = policy.pop(now)
+            popped.append(i)
+            if tenant[i] not in hopeless:
+                yield i
+
+    if policy.requeue_is_exact and not policy.skips_tenants:
+        sequence: Iterator[int] = popping()
+    else:
+        sequence = policy.pop_sequence(now, hopeless)
+    logged = policy.score, policy.parts
+    winner, skipped = first_fitting(sequence, fits, limit)
+    for i in popped:
+        policy.push(i, now)
+    if winner is None:
+        policy.score, policy.parts = logged
+    else:
+        policy.take(winner, now)
+    return winner, limit + skipped

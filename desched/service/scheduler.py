@@ -530,9 +530,8 @@ class Scheduler:
             policy = self.host.policy
             queue_len = len(self.queued)
             gate = self.admission.gate
-            i, skipped = pop_fitting(
-                policy, self.live, now, free_mem_mb, self.max_fit_skips, gate=gate
-            )
+            i, skipped = pop_fitting(policy, self.live, now, free_mem_mb, self.max_fit_skips,
+                                     gate=gate, queued=self.queued)
             self.counters.unfit_skips += skipped
             if i is None:
                 self.counters.unfit_polls += 1
