@@ -343,3 +343,25 @@ def test_a_memory_aware_poll_gets_the_reference_walks_task(
             assert len(s.policy) == len(s.queued)
     finally:
         s.stop()
+
+
+def test_the_second_walk_pops_at_most_walk_pops_tasks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # past WALK_POPS tasks of tenants that cannot fit, a poll gets nothing, as before: the
+    # lock is held for a bounded time
+    from desched.service import dispatch
+
+    monkeypatch.setattr(dispatch, "WALK_POPS", 4)
+    for ahead, granted in ((3, True), (4, False)):
+        s = make_scheduler(tmp_path / f"{ahead}.db", FakeTime(), policy="fifo",
+                           max_fit_skips=1)
+        try:
+            submit(s, "acme", [1e6] * ahead)
+            [small] = submit(s, "globex", [100.0])
+            got = poll(s, 4000.0)  # the small task is popped 4th, or 5th: not reached
+            assert (got.task.task_id if got else None) == (small if granted else None)
+            assert len(s.policy) == len(s.queued) == ahead + 1 - granted
+            assert poll(s, None).task.tenant == "acme"
+        finally:
+            s.stop()
