@@ -439,7 +439,7 @@ def _warehouse(path: Path, logs: dict[str, pl.DataFrame]) -> Path:
 def test_workloads_are_the_folders_of_the_log_files_and_keys_are_stable_names(
     tmp_path: Path,
 ) -> None:
-    from desched.models.training import load_warehouse_workloads, workload_key
+    from desched.models.training import load_warehouse_workloads, workload_key, workload_keys
 
     steady, flood = small_trace(300, seed=1), generate("flood", tasks=200, tenants=5, seed=2)
     day2 = small_trace(100, seed=3).with_columns(pl.format("d2-{}", pl.col("task_id")).alias("task_id"))
@@ -451,8 +451,14 @@ def test_workloads_are_the_folders_of_the_log_files_and_keys_are_stable_names(
     workloads = load_warehouse_workloads(db)
     assert {k: v.height for k, v in workloads.items()} == {
         str(tmp_path / "logs/svc"): 400, str(tmp_path / "runs/flood"): 200}
-    assert workload_key(str(tmp_path / "runs/flood"), base=tmp_path) == "runs-flood"
-    assert workload_key("/elsewhere/Data/My Logs", base=tmp_path) == "elsewhere-data-my-logs"
+    assert workload_key(str(tmp_path / "runs/flood")) == "runs-flood"
+    assert workload_key("/elsewhere/Data/My Logs") == "data-my-logs"
+    assert workload_key("logs") == "logs" and workload_key("/") == "workload"
+    # the last two components, more where two folders would share a name; never the
+    # directory the trainer runs in (three directories made three registries before)
+    assert workload_keys(["/a/x/logs", "/b/x/logs", "/c/y/runs"]) == {
+        "/a/x/logs": "a-x-logs", "/b/x/logs": "b-x-logs", "/c/y/runs": "y-runs"}
+    assert workload_keys(["a/b", "/a/b"]) == {"a/b": "a-b-1", "/a/b": "a-b-2"}
 
 
 def test_the_nightly_retrain_fits_one_model_per_workload_and_skips_a_small_one(
@@ -528,6 +534,13 @@ def test_the_train_command_on_a_warehouse_trains_each_workload_into_its_own_regi
     rows = {k: json.loads((tmp_path / "reg" / k / "v0001" / "card.json").read_text())
             ["data_window"]["rows"] for k in ("runs-a", "runs-b")}
     assert rows == {"runs-a": 400, "runs-b": 300}
+    # run from elsewhere: the same registries (the folder names came from the directory)
+    monkeypatch.chdir(tmp_path / "reg")
+    again = CliRunner().invoke(cli, ["train", "--warehouse", str(db), "--registry",
+                                     str(tmp_path / "reg"), "--max-rounds", "10"])
+    assert again.exit_code == 0, again.output
+    assert "runs-a: v0002 rejected" in again.stdout
+    assert sorted(p.name for p in (tmp_path / "reg").iterdir()) == ["runs-a", "runs-b"]
 
 
 def test_lightgbm_is_imported_without_scikit_learn_which_stays_importable() -> None:

@@ -55,7 +55,7 @@ def train(db: Path | None, trace: Path | None, registry: Path, max_rounds: int, 
         TrainSettings,
         load_trace_or_swf,
         load_warehouse_workloads,
-        workload_key,
+        workload_keys,
     )
     from desched.models.training import train as fit
 
@@ -68,10 +68,9 @@ def train(db: Path | None, trace: Path | None, registry: Path, max_rounds: int, 
         workloads = load_warehouse_workloads(db)
         if not workloads:
             raise DeschedError(f"{db}: table 'completions' has no successful completion")
-        jobs = [
-            (registry / workload_key(folder), frame, f"{db}:{folder}", workload_key(folder))
-            for folder, frame in workloads.items()
-        ]
+        keys = workload_keys(workloads)
+        jobs = [(registry / keys[folder], frame, f"{db}:{folder}", keys[folder])
+                for folder, frame in workloads.items()]
     else:
         raise DeschedError("give exactly one of --warehouse FILE.duckdb or --trace TRACE.parquet")
     from desched.cli.progress import bar

@@ -21,7 +21,7 @@ from prefect import flow, get_run_logger
 
 from desched.errors import DeschedError
 from desched.models.cards import DurationCard, Outcome, Scores
-from desched.models.training import TrainSettings, workload_key
+from desched.models.training import TrainSettings, workload_keys
 from desched.records import Record
 from desched.tasks.retrain import (
     load_training_data,
@@ -128,8 +128,9 @@ def retrain_duration_model(
         return WarehouseRetrain(db=db, workloads={}, trained=0, nothing_to_train=why)
     logger.info("%d workloads in %s: %s", len(workloads), db, ", ".join(workloads))
     done: dict[str, TrainedWorkload | SkippedWorkload] = {}
+    keys = workload_keys(workloads)
     for folder, frame in workloads.items():
-        key = workload_key(folder)
+        key = keys[folder]
         if frame.height < min_rows:
             reason = f"{frame.height} completions, fewer than min_rows={min_rows}"
             done[key] = SkippedWorkload(folder=folder, skipped=reason)

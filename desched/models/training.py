@@ -28,7 +28,8 @@ import hashlib
 import math
 import re
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -435,19 +436,40 @@ def workload_of(source: str) -> str:
     return str(Path(source).parent)
 
 
-def workload_key(folder: str, base: str | Path | None = None) -> str:
-    """A short, stable name for a workload folder, usable as a registry sub-folder and in an
-    artifact key: the folder relative to ``base`` (default: the current directory) when it is
-    inside it, else the whole path; lower case, every run of other characters one ``-``
-    (``/repo/data/logs/flood`` under ``/repo`` -> ``data-logs-flood``)."""
-    path = Path(folder)
-    root = Path(base) if base is not None else Path.cwd()
-    try:
-        path = path.resolve().relative_to(root.resolve())
-    except ValueError:
-        pass
-    key = re.sub(r"[^a-z0-9]+", "-", str(path).lower()).strip("-")
-    return key or "workload"
+def workload_keys(folders: Iterable[str]) -> dict[str, str]:
+    """A short, stable name for each workload folder, usable as a registry sub-folder and in
+    an artifact key: the folder's last two path components (more where two folders of one
+    warehouse would share a name), lower case, every run of other characters one ``-``
+    (``/repo/data/logs`` -> ``data-logs``). The name depends on the folder as the warehouse
+    recorded it, never on the directory a trainer runs in (it did: ``train --warehouse``
+    from three directories made three registries, each with a first "champion")."""
+    parts = {f: [p for p in Path(f).parts if p != Path(f).anchor] or ["workload"]
+             for f in dict.fromkeys(folders)}
+    depth = dict.fromkeys(parts, 2)
+
+    def name(f: str) -> str:
+        key = re.sub(r"[^a-z0-9]+", "-", "/".join(parts[f][-depth[f]:]).lower()).strip("-")
+        return key or "workload"
+
+    while True:
+        keys = {f: name(f) for f in parts}
+        seen = Counter(keys.values())
+        longer = [f for f in parts if seen[keys[f]] > 1 and depth[f] < len(parts[f])]
+        if not longer:
+            break
+        for f in longer:
+            depth[f] += 1
+    taken: Counter[str] = Counter()
+    for f in parts:  # the same components twice ("a/b" and "/a/b"): numbered
+        taken[keys[f]] += 1
+        if seen[keys[f]] > 1:
+            keys[f] = f"{keys[f]}-{taken[keys[f]]}"
+    return keys
+
+
+def workload_key(folder: str) -> str:
+    """``workload_keys`` of one folder alone."""
+    return workload_keys([folder])[folder]
 
 
 def load_warehouse_workloads(db_path: str | Path) -> dict[str, pl.DataFrame]:
