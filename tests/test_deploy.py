@@ -172,9 +172,13 @@ def test_the_readme_deploy_section_runs_as_written_on_a_loopback_server(tmp_path
         .replace(README_HOME, f'"{home}"')
     )
     (tmp_path / "run_logs.py").write_text(RUN_LOGS)
+    health = f"http://127.0.0.1:{service_port}/healthz"
     checks = (
         "prefect deployment inspect enrichment-worker/enrichment-worker-gpu\n"
         f"python {tmp_path / 'run_logs.py'}\n"
+        # the service started before any model follows the registry the retrain promoted to
+        f"python -c \"import httpx; print('model_version:', httpx.get('{health}')"
+        ".json()['model_version'])\"\n"
     )
     (tmp_path / "readme.sh").write_text(
         "set -euxo pipefail\n"
@@ -214,6 +218,7 @@ def test_the_readme_deploy_section_runs_as_written_on_a_loopback_server(tmp_path
     assert "1 of 1 files read; 1152 rows loaded (576 decisions, 576 completions)" in worker_log
     # both retrains trained a model; the enrichment worker enriched the 24 receipts left
     assert (checkout / "models" / "duration" / "data-logs" / "CHAMPION").is_file()
+    assert "model_version: v0001" in output, output[-3000:]
     assert (checkout / "models" / "memory" / "CHAMPION").is_file()
     assert "24 documents enriched and completed" in worker_log
     assert (checkout / "data" / "judge" / "judge.md").is_file()
