@@ -297,8 +297,14 @@ def read_trace_or_swf(path: str | Path) -> pl.DataFrame:
     return read_trace(path)
 
 
+_NOTED: set[str] = set()
+
+
 def note_dropped(report: SwfReport) -> None:
     """One line on stderr when the import dropped jobs (``report.summary()``): a log imported
-    on the fly says what it left out, as ``desched import-swf`` does."""
-    if report.dropped_total:
-        print(f"note: {report.summary()}", file=sys.stderr, flush=True)
+    on the fly says what it left out, as ``desched import-swf`` does; once per process for
+    the same words (a bench that reads one log for several steps says it once)."""
+    line = f"note: {report.summary()}"
+    if report.dropped_total and line not in _NOTED:
+        _NOTED.add(line)
+        print(line, file=sys.stderr, flush=True)
