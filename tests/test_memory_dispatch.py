@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from desched.controls import Controls, TenantControl
 from desched.enrich.client import Lease, poll_while_fits
 from desched.policies import REGISTRY
+from desched.service import dispatch
 from desched.service.records import NewTask
 from desched.service.scheduler import Scheduler
 from desched.service.store import SCHEMA, Store
@@ -115,12 +116,19 @@ def test_a_round_robin_tenant_skipped_for_memory_keeps_its_turn(tmp_path: Path) 
         s.stop()
 
 
-def test_the_skip_limit_bounds_the_work_of_one_poll(tmp_path: Path) -> None:
+def test_the_skip_limits_bound_the_work_of_one_poll(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     s = make_scheduler(tmp_path / "s.db", FakeTime(), policy="fifo", max_fit_skips=3)
     try:
         ids = submit(s, "a", [900.0, 900.0, 900.0, 100.0])
-        assert poll(s, 500.0) is None  # the fitting task is the fourth candidate
-        assert s.counters.unfit_polls == 1 and s.counters.unfit_skips == 3
+        # the fitting task is the fourth candidate: past the first walk, found by the second
+        assert poll(s, 500.0).task.task_id == ids[3]
+        assert s.counters.unfit_polls == 0 and s.counters.unfit_skips == 3 + 3
+        submit(s, "a", [100.0])
+        monkeypatch.setattr(dispatch, "WALK_POPS", 3)  # no longer than the first: no second
+        assert poll(s, 500.0) is None
+        assert s.counters.unfit_polls == 1 and s.counters.unfit_skips == 6 + 3
         assert len(s.queued) == 4
         assert poll(s, 1000.0).task.task_id == ids[0]
     finally:
@@ -266,13 +274,31 @@ def test_the_memory_model_runs_before_the_scheduler_lock_is_taken(tmp_path: Path
         s.stop()
 
 
+def test_another_tenants_priority_levels_leave_the_second_walk_on(tmp_path: Path) -> None:
+    # a QA pass: with a tenant's tasks of two priority levels queued, the second walk was
+    # off for everyone, and the oversized tasks ahead held every memory-aware poll at 204
+    for policy in ("fifo", "vtc"):
+        s = make_scheduler(tmp_path / f"{policy}.db", FakeTime(), policy=policy)
+        try:
+            submit(s, "acme", [1e6] * 100)
+            ids, _, pending = s.submit("mixed", [NewTask("embed", mem_mb=100.0, priority=p)
+                                                 for p in (0, 1)])
+            wait(pending)
+            small = submit(s, "globex", [100.0] * 2)
+            got = [poll(s, 4000.0) for _ in range(4)]
+            assert sorted(g.task.task_id for g in got) == sorted(ids + small), policy
+            order = [g.task.task_id for g in got]
+            assert order.index(ids[1]) < order.index(ids[0])  # its level 1 first
+        finally:
+            s.stop()
+
+
 NO_PREDICTION = sorted(n for n, p in REGISTRY.items() if "predicted_s" not in p.reads)
 
 
 def expected_grant(s: Scheduler, free: float | None) -> str | None:
-    """The reference: the policy's pop sequence (on a copy) without the tenants none of whose
-    queued tasks fits, the first task that fits unless ``max_fit_skips`` others were refused
-    before it."""
+    """The reference: the first task of the policy's pop sequence (on a copy) that fits, its
+    tenant under its cap, unless ``WALK_POPS`` others were refused before it."""
     sequence = s.policy.pop_sequence(s.clock())
 
     def fit(i: int) -> bool:
@@ -282,32 +308,35 @@ def expected_grant(s: Scheduler, free: float | None) -> str | None:
     tenant = s.policy.tasks.tenant
     gate = s.admission.gate
     capped = {k for k, cap in gate.caps.items() if gate.running[k] >= cap}
-    can_run = {tenant[i] for i in s.queued if fit(i)} - capped
     refused = 0
     for i in sequence:
         if tenant[i] in capped:  # left out of the walk by the gate, uncounted
             continue
-        if tenant[i] not in can_run:
-            continue
         if fit(i):
             return s.live[i].task_id
         refused += 1
-        if refused >= s.max_fit_skips:
+        if refused >= dispatch.WALK_POPS:
             return None
     return None
 
 
-def test_one_tenants_tasks_that_fit_no_worker_hold_up_no_other_tenant(tmp_path: Path) -> None:
-    # A QA pass: 100 tasks of 1e6 MB ahead of 5 small ones held every memory-aware poll at
-    # 204 for good (the bound of 64 skipped candidates spent on them), under every policy.
+@pytest.mark.parametrize("fitting_own", [0, 1])
+def test_one_tenants_tasks_that_fit_no_worker_hold_up_no_other_tenant(
+    tmp_path: Path, fitting_own: int
+) -> None:
+    # QA passes: 100 tasks of 1e6 MB ahead of 5 small ones held every memory-aware poll at
+    # 204 for good (the bound of 64 skipped candidates spent on them), under every policy;
+    # and again, once only tenants with no task that fits were passed over, with one small
+    # task of the flooder's own behind its big ones.
     for policy in NO_PREDICTION:
-        s = make_scheduler(tmp_path / f"{policy}.db", FakeTime(), policy=policy)
+        s = make_scheduler(tmp_path / f"{policy}{fitting_own}.db", FakeTime(), policy=policy)
         try:
             submit(s, "acme", [1e6] * 100)
+            own = submit(s, "acme", [None] * fitting_own)
             small = submit(s, "globex", [100.0] * 5)
-            got = [poll(s, 4000.0) for _ in range(6)]
-            assert [g.task.task_id for g in got[:5]] == small, policy
-            assert got[5] is None and len(s.queued) == 100
+            got = [poll(s, 4000.0) for _ in range(6 + fitting_own)]
+            assert sorted(g.task.task_id for g in got[:-1]) == sorted(own + small), policy
+            assert got[-1] is None and len(s.queued) == 100
             assert s.counters.unfit_polls == 1
             assert poll(s, None).task.tenant == "acme"  # a poll that states no memory: any
         finally:
@@ -345,13 +374,11 @@ def test_a_memory_aware_poll_gets_the_reference_walks_task(
         s.stop()
 
 
-def test_the_second_walk_pops_at_most_walk_pops_tasks(
+def test_the_second_walk_refuses_at_most_walk_pops_candidates(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # past WALK_POPS tasks of tenants that cannot fit, a poll gets nothing, as before: the
-    # lock is held for a bounded time
-    from desched.service import dispatch
-
+    # past WALK_POPS refused candidates a poll gets nothing: the lock is held for a bounded
+    # time; and a poll that nothing queued fits stops after the first walk
     monkeypatch.setattr(dispatch, "WALK_POPS", 4)
     for ahead, granted in ((3, True), (4, False)):
         s = make_scheduler(tmp_path / f"{ahead}.db", FakeTime(), policy="fifo",
@@ -359,9 +386,11 @@ def test_the_second_walk_pops_at_most_walk_pops_tasks(
         try:
             submit(s, "acme", [1e6] * ahead)
             [small] = submit(s, "globex", [100.0])
-            got = poll(s, 4000.0)  # the small task is popped 4th, or 5th: not reached
+            got = poll(s, 4000.0)  # the small task is the 4th candidate, or the 5th
             assert (got.task.task_id if got else None) == (small if granted else None)
             assert len(s.policy) == len(s.queued) == ahead + 1 - granted
+            skips = s.counters.unfit_skips
+            assert poll(s, 50.0) is None and s.counters.unfit_skips == skips + 1
             assert poll(s, None).task.tenant == "acme"
         finally:
             s.stop()

@@ -9,13 +9,14 @@ without a prediction fits anywhere, and a poll without ``free_mem_mb`` takes any
 afterwards the policy, its logged score included, is exactly as if only that task had been
 dispatched (``Policy.take``): a skipped task stays queued and no per-tenant state moves for it
 (a skipped round-robin tenant keeps its turn, a skipped VTC tenant is not charged;
-``desched/policies/base.py``). The candidates of a tenant none of whose queued tasks fits
-are passed over without counting: after ``max_fit_skips`` other candidates that do not fit,
-the poll gets nothing and the policy is unchanged. (Counting them let one tenant's 64 tasks
-that fit no worker hold every memory-aware poll at 204 while other tenants' small tasks
-waited.) The walk counts every refusal first, which gives the same winner whenever it finds
-one; only when it gives up does ``_walk_without`` look at each tenant's smallest queued
-memory (one pass over the queue) and walk again without the tenants whose tasks cannot fit.
+``desched/policies/base.py``). The walk stops after ``max_fit_skips`` candidates that do
+not fit; when it finds nothing that way and some queued task does fit the poll (one pass
+over the queue says so), it walks again up to ``WALK_POPS`` refused candidates; after that
+the poll gets nothing and the policy is unchanged. (With the first bound alone, one tenant's
+64 tasks that fit no worker, ahead of the others, held every memory-aware poll at 204 while
+other tenants' small tasks waited.) The second walk is the first one with a longer bound, so
+the winner is the same whenever the first finds one, and the gate's caps and priority levels
+apply to both.
 
 Cost: one pop when the first candidate fits (a poll without ``free_mem_mb`` is a plain pop);
 for s skipped, about s + 1 pops and s pushes where a pop moves nothing but the queue, and
@@ -26,10 +27,10 @@ what its memory has left, while a task fits.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING
 
-from desched.policies.base import Fits, Policy, first_fitting
+from desched.policies.base import Policy
 from desched.service.records import LiveTask
 
 if TYPE_CHECKING:
@@ -37,15 +38,14 @@ if TYPE_CHECKING:
 
 
 WALK_POPS = 4096
-"""The most tasks the second walk pops from a policy whose pop moves the queue (the IFS
-family, fifo), so that a poll holds the scheduler's lock for a bounded time walking past
-the tasks of tenants that cannot fit; past that many the poll gets nothing, as before the
-second walk existed. Measured in process (one tenant's oversized tasks ahead of another's
-small ones, polls of 4,000 MB): ifs-memoryless 3.4 ms a poll with 1,000 ahead, 8.6 ms with
-3,000, 31 ms with 10,000 unbounded, 12 ms with 10,000 and 19 ms with 100,000 under this
-bound (nothing granted); fifo 0.8, 2.0, 3.0, 8.4 ms; vtc (a walk over copies of its
-counters, unbounded) 0.2, 0.3, 0.6, 6.8 ms, every poll granted; the one pass over the queue
-is most of the cost at 100,000."""
+"""The most refused candidates of the second walk, so that a poll holds the scheduler's lock
+for a bounded time when many queued tasks do not fit it; past that many the poll gets
+nothing. Measured in process (one tenant's oversized tasks ahead of other tenants' small
+ones, polls of 4,000 MB), ms a poll: ifs-memoryless 3.1 with 1,000 ahead, 8.3 with 3,000,
+12.7 with 10,000 and 16.7 with 100,000 (past the bound: nothing granted); fifo 0.7, 2.0,
+3.1, 8.2; vtc 1.4, 3.6, 6.1, 10.3; round-robin 0.1 (its walk meets the other tenants at
+once). A poll that nothing queued fits (a nearly full worker's) stops after the first walk
+and the pass over the queue: 0.3–0.5 ms with 10,000 queued, 4.3–4.5 ms with 100,000."""
 
 
 def pop_fitting(
@@ -58,14 +58,15 @@ def pop_fitting(
     gate: Gate | None = None,
     queued: Collection[int] | None = None,
 ) -> tuple[int | None, int]:
-    """``(position, skipped)`` of the task the poll gets, or ``(None, skipped)`` when none of
-    the first ``max_fit_skips`` candidates fits. The policy must not be empty.
+    """``(position, skipped)`` of the task the poll gets, or ``(None, skipped)`` when none
+    fits within the walks' bounds (module docstring). The policy must not be empty.
 
     ``admit`` is the hook for per-tenant admission: a candidate it refuses is skipped
     exactly as one that does not fit, so it moves no policy state. ``gate`` applies the
     tenant controls (caps and priority levels, ``desched.controls.Gate.choose``): the tasks
     of tenants at their cap are left out of the walk and count neither as skipped nor
-    towards ``max_fit_skips``."""
+    towards the bounds. ``queued``: the positions of the queued tasks (for the one pass that
+    decides whether a second walk can find anything; without it there is none)."""
     if free_mem_mb is None and admit is None and gate is None:
         return policy.pop(now), 0
 
@@ -76,69 +77,38 @@ def pop_fitting(
         need = task.predicted_mem_mb
         return free_mem_mb is None or need is None or need <= free_mem_mb
 
-    if gate is None:
-        winner, skipped = policy.pop_fitting(now, fits, max_fit_skips)
-    else:
+    def walk(limit: int) -> tuple[int | None, int]:
+        if gate is None:
+            return policy.pop_fitting(now, fits, limit)
         plain = free_mem_mb is None and admit is None
-        winner, skipped = gate.choose(policy, now, None if plain else fits, max_fit_skips)
+        return gate.choose(policy, now, None if plain else fits, limit)
+
+    winner, skipped = walk(max_fit_skips)
     if winner is not None or skipped < max_fit_skips or free_mem_mb is None:
         return winner, skipped
-    if gate is not None and gate.mixed:  # priority levels: the gate's walk alone
+    if WALK_POPS <= max_fit_skips or not _some_task_fits(policy, live, queued, free_mem_mb, gate):
         return winner, skipped
-    capped = set() if gate is None else {
-        k for k, cap in gate.caps.items() if gate.running[k] >= cap}
-    return _walk_without(policy, live, queued, now, free_mem_mb, fits, max_fit_skips, capped)
+    winner, more = walk(WALK_POPS)
+    return winner, skipped + more
 
 
-def _walk_without(
+def _some_task_fits(
     policy: Policy,
     live: Mapping[int, LiveTask],
     queued: Collection[int] | None,
-    now: float,
     free_mem_mb: float,
-    fits: Fits,
-    limit: int,
-    capped: set[int],
-) -> tuple[int | None, int]:
-    """``pop_fitting`` of the queue without the tenants none of whose queued tasks need at
-    most ``free_mem_mb`` (module docstring) and without the ``capped`` ones (at their
-    concurrency cap): O(queued) to find them, then the walk as ``Gate.choose`` walks past
-    capped tenants (popping and pushing back for a policy whose ``requeue_is_exact``, else
-    its ``pop_sequence`` without them); ``(None, skipped)`` with the policy unchanged when
-    nothing fits."""
+    gate: Gate | None,
+) -> bool:
+    """Whether a queued task of a tenant under its cap needs at most ``free_mem_mb``: one
+    pass over the queue, so that a poll nothing fits (a nearly full GPU worker's) stops
+    after the first walk."""
     if not queued:
-        return None, limit
+        return False
+    capped: set[int] = set() if gate is None else {
+        k for k, cap in gate.caps.items() if gate.running[k] >= cap}
     tenant = policy.tasks.tenant
-    fitting: set[int] = set()
-    present: set[int] = set()
     for i in queued:
-        k = tenant[i]
-        present.add(k)
         need = live[i].predicted_mem_mb
-        if need is None or need <= free_mem_mb:
-            fitting.add(k)
-    hopeless = (present - fitting) | capped
-    if not present - hopeless or not present - fitting:
-        return None, limit
-    popped: list[int] = []
-
-    def popping() -> Iterator[int]:
-        while len(policy) and len(popped) < WALK_POPS:
-            i = policy.pop(now)
-            popped.append(i)
-            if tenant[i] not in hopeless:
-                yield i
-
-    if policy.requeue_is_exact and not policy.skips_tenants:
-        sequence: Iterator[int] = popping()
-    else:
-        sequence = policy.pop_sequence(now, hopeless)
-    logged = policy.score, policy.parts
-    winner, skipped = first_fitting(sequence, fits, limit)
-    for i in popped:
-        policy.push(i, now)
-    if winner is None:
-        policy.score, policy.parts = logged
-    else:
-        policy.take(winner, now)
-    return winner, limit + skipped
+        if (need is None or need <= free_mem_mb) and tenant[i] not in capped:
+            return True
+    return False
