@@ -314,14 +314,14 @@ def test_the_service_follows_its_registrys_champion_keeping_the_tenant_history(
     import threading
 
     from desched.models.loading import load_duration_predictor
-    from desched.service.predictions import MODEL_CHECK_S, Predictions
+    from desched.service.predictions import Predictions
 
     root = copy_registry(registry, tmp_path)
     first, _ = load_duration_predictor(root)
     assert first is not None
     predictions, lock = Predictions(first, None), threading.Lock()
     predictions.registry = root
-    assert not predictions.refresh(lock, now=0.0) and predictions.version == "v0001"
+    assert not predictions.refresh(lock) and predictions.version == "v0001"
     predictions.observe_completion("tenant00", "ocr", 42.0)
 
     def as_version(name: str, corrupt: bool = False) -> None:
@@ -334,20 +334,27 @@ def test_the_service_follows_its_registrys_champion_keeping_the_tenant_history(
         (root / "CHAMPION").write_text(name + "\n")
 
     as_version("v0002")
-    assert not predictions.refresh(lock, now=MODEL_CHECK_S / 2)  # not looked at yet
-    assert predictions.refresh(lock, now=MODEL_CHECK_S) and predictions.version == "v0002"
+    assert predictions.refresh(lock) and predictions.version == "v0002"
     assert predictions.error is None
     assert predictions.duration is not first
     assert predictions.duration._recent["tenant00"][-1] == 42.0  # type: ignore[attr-defined]
     as_version("v0003", corrupt=True)
-    assert not predictions.refresh(lock, now=2 * MODEL_CHECK_S)
+    assert not predictions.refresh(lock)
     assert predictions.version == "v0002"  # the last model that loaded serves on
     assert predictions.error is not None and predictions.error.startswith(
         "champion v0003 not loaded, v0002 serves: ")
-    assert not predictions.refresh(lock, now=3 * MODEL_CHECK_S)  # not retried until it moves
-    (root / "CHAMPION").write_text("v0001\n")
-    assert predictions.refresh(lock, now=4 * MODEL_CHECK_S) and predictions.version == "v0001"
+    assert not predictions.refresh(lock)  # not tried again while its files stay as they are
+    (root / "CHAMPION").write_text("v0002\n")  # back to the model serving: no error left
+    assert not predictions.refresh(lock) and predictions.error is None
+    (root / "CHAMPION").write_text("v0003\n")  # the same broken files: not tried again
+    assert not predictions.refresh(lock) and predictions.version == "v0002"
+    shutil.copy(root / "v0002" / "model.txt", root / "v0003" / "model.txt")  # fixed in place
+    assert predictions.refresh(lock) and predictions.version == "v0003"
     assert predictions.error is None
+    (root / "CHAMPION").write_bytes(b"\xff\xfe\n")  # unreadable: said, nothing raised
+    assert not predictions.refresh(lock) and predictions.version == "v0003"
+    assert predictions.error is not None and predictions.error.startswith(
+        "the registry's champion not loaded, v0003 serves: UnicodeDecodeError")
 
 
 def test_healthz_names_the_model_serving_and_follows_a_promotion(
@@ -384,3 +391,40 @@ def test_healthz_names_the_model_serving_and_follows_a_promotion(
             time.sleep(0.05)
         health = client.get("/healthz").json()
         assert health["model_version"] == "v0002" and "v0009" in health["model_error"]
+
+
+def test_a_model_that_loads_after_the_start_lets_a_recorded_prediction_policy_run(
+    registry: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a QA pass: the service knew of a model only at its start, so a policy that ranks on
+    # predictions stayed refused after the registry's first champion loaded
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from desched.service import predictions
+    from desched.service.app import create_app
+    from desched.service.settings import ServiceSettings
+    from desched.service.store import Store
+
+    monkeypatch.setattr(predictions, "MODEL_CHECK_S", 0.1)
+    root = copy_registry(registry, tmp_path)
+    (root / "CHAMPION").unlink()  # trained, not yet promoted
+    settings = ServiceSettings(db=str(tmp_path / "state.db"), log_dir=tmp_path / "logs",
+                               predictor_registry=root, sweep_s=0.05)
+    with TestClient(create_app(settings)) as client:
+        store = Store(settings.db)
+        store.set_policy("sjf-predicted", {})
+        store.close()
+        deadline = time.monotonic() + 20
+        while client.get("/healthz").json()["policy_error"] is None:
+            assert time.monotonic() < deadline, "the recorded policy was never refused"
+            time.sleep(0.05)
+        health = client.get("/healthz").json()
+        assert health["policy"] != "sjf-predicted" and health["model_version"] is None
+        (root / "CHAMPION").write_text("v0001\n")  # promoted
+        while client.get("/healthz").json()["policy"] != "sjf-predicted":
+            assert time.monotonic() < deadline, client.get("/healthz").json()
+            time.sleep(0.05)
+        health = client.get("/healthz").json()
+        assert (health["model_version"], health["policy_error"]) == ("v0001", None)

@@ -46,6 +46,7 @@ from starlette.concurrency import run_in_threadpool
 from desched.errors import DeschedError
 from desched.models.interfaces import DurationPredictor, MemoryPredictor
 from desched.models.loading import load_duration_predictor, load_memory_predictor
+from desched.service import predictions
 from desched.service import schemas as m
 from desched.service.answers import (
     committed,
@@ -122,7 +123,6 @@ class Housekeeper(threading.Thread):
                 self.scheduler.refresh_controls()
                 self.scheduler.refresh_policy()
                 self.scheduler.save_policy_state()
-                self.scheduler.predictions.refresh(self.scheduler.lock)
             except Unavailable:  # the writer takes no more writes: the service is stopping
                 continue
             except unreachable as exc:  # the store reconnects on the next round's statement
@@ -132,6 +132,27 @@ class Housekeeper(threading.Thread):
                 logger.exception("housekeeping failed")
                 continue
             self.outage.over()
+
+
+class ModelWatcher(threading.Thread):
+    """Follows the duration registry's champion (``Predictions.refresh``) on a thread of its
+    own, so that loading a new model (a first load compiles it: seconds) delays no lease
+    sweep; a model that loads where none served lets the prediction policies run."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        super().__init__(name="desched-model-watcher", daemon=True)
+        self.scheduler = scheduler
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        sched = self.scheduler
+        while not self.stopped.wait(predictions.MODEL_CHECK_S):
+            try:
+                if sched.predictions.refresh(sched.lock):
+                    with sched.lock:
+                        sched.host.model_loaded()
+            except Exception:  # keep watching; the next check tries again
+                logger.exception("following the duration registry failed")
 
 
 def build_scheduler(settings: ServiceSettings) -> Scheduler:
@@ -203,10 +224,13 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
         sched.start()
         keeper = Housekeeper(sched, settings.sweep_s)
         keeper.start()
+        watcher = ModelWatcher(sched)
+        watcher.start()
         try:
             yield
         finally:
             keeper.stopped.set()
+            watcher.stopped.set()
             keeper.join(timeout=2)  # a daemon: one stuck on the database is left behind
             sched.stop(settings.shutdown_grace_s)
             overview.close()

@@ -115,6 +115,14 @@ class PolicyHost:
         self.policy = policy
         self.spec = spec
 
+    def model_loaded(self) -> None:
+        """A duration model serves now (the registry's champion loaded after the start): the
+        policies that rank on predictions may run, and a recorded one refused for want of a
+        model is tried again at the next refresh. The default stays the one chosen at start."""
+        if not self.has_predictor:
+            self.has_predictor = True
+            self.rejected = None
+
     def refuse(self, config: str | None, error: str) -> None:
         """Remember that the config row ``config`` was refused, and why."""
         self.rejected = config

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -43,8 +42,8 @@ class Predictions:
         self.memory = memory
         self.registry: Path | None = None
         self.error: str | None = None
-        self._tried: str | None = None  # the champion last tried: not retried until it moves
-        self._checked = -math.inf
+        self._tried: tuple[str, tuple[tuple[str, int, int], ...]] | None = None
+        """The champion last tried and its files' (name, size, mtime): tried once per state."""
         self._memory_lock = threading.Lock()
         """Submits run in worker threads; the memory model is asked one batch at a time, as
         when every submit ran on the event loop (the duration model runs under the
@@ -74,31 +73,38 @@ class Predictions:
         """The loaded duration model's version (None without one)."""
         return getattr(self.duration, "version", None)
 
-    def refresh(self, lock: threading.Lock, now: float | None = None) -> bool:
-        """Load the registry's champion if it is not the loaded model (at most every
-        ``MODEL_CHECK_S``); whether a new model was swapped in. Loading runs outside
-        ``lock`` (a compile can take seconds); the swap holds it."""
-        now = time.monotonic() if now is None else now
-        if self.registry is None or now - self._checked < MODEL_CHECK_S:
+    def refresh(self, lock: threading.Lock) -> bool:
+        """Load the registry's champion if it is not the loaded model (the service's
+        ``ModelWatcher`` calls this every ``MODEL_CHECK_S``); whether a new model was swapped
+        in. Loading runs outside
+        ``lock`` (a first load compiles the forests: seconds); the swap holds it. A champion
+        that failed is tried again once its folder's files change (fixed in place, or
+        written again); ``error`` is cleared once the champion is the model serving."""
+        if self.registry is None:
             return False
-        self._checked = now
         from desched.models.registry import Registry
 
         try:
             champion = Registry(self.registry).champion()
-        except DeschedError as exc:
-            return self._refused(None, str(exc))
-        if champion is None or champion == self.version or champion == self._tried:
+            files = _signature(self.registry, champion)
+        except (DeschedError, OSError, ValueError) as exc:  # unreadable: permissions, bytes
+            return self._refused(None, f"{type(exc).__name__}: {exc}")
+        if champion is None:
             return False
-        self._tried = champion
+        if champion == self.version:
+            self.error = None
+            return False
+        if (champion, files) == self._tried:
+            return False
+        self._tried = (champion, files)
         from desched.models.loading import load_duration_predictor
 
         try:
             fresh, reason = load_duration_predictor(self.registry)
-        except (ImportError, OSError) as exc:
+        except Exception as exc:  # noqa: BLE001 (a bad champion must not stop the service)
             fresh, reason = None, f"{type(exc).__name__}: {exc}"
-        if fresh is None:
-            return self._refused(champion, reason or "no model")
+        if fresh is None or getattr(fresh, "version", None) != champion:
+            return self._refused(champion, reason or "the pointer moved while it loaded")
         with lock:
             adopt = getattr(fresh, "adopt_history", None)
             if self.duration is not None and adopt is not None:
@@ -148,3 +154,12 @@ class Predictions:
         """Tell the duration predictor a real duration (it keeps tenant history)."""
         if self.duration is not None:
             self.duration.observe_completion(tenant, task_type, duration_s)
+
+
+def _signature(registry: Path, version: str | None) -> tuple[tuple[str, int, int], ...]:
+    """(name, size, mtime) of each file of a version's folder: changes when it is rewritten."""
+    if version is None:
+        return ()
+    folder = Path(registry) / version
+    stats = ((p.name, p.stat()) for p in sorted(folder.iterdir()) if p.is_file())
+    return tuple((name, st.st_size, st.st_mtime_ns) for name, st in stats)
