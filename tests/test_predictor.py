@@ -428,3 +428,28 @@ def test_a_model_that_loads_after_the_start_lets_a_recorded_prediction_policy_ru
             time.sleep(0.05)
         health = client.get("/healthz").json()
         assert (health["model_version"], health["policy_error"]) == ("v0001", None)
+
+
+def test_a_champion_that_fails_at_the_start_is_named_in_healthz_at_once(
+    registry: Path, tmp_path: Path
+) -> None:
+    # a QA pass: model_error stayed null until the first check, 5 s after the start
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from desched.service.app import create_app
+    from desched.service.settings import ServiceSettings
+
+    root = copy_registry(registry, tmp_path)
+    with (root / "v0001" / "model.txt").open("a") as handle:
+        handle.write("junk\n")
+    settings = ServiceSettings(db=str(tmp_path / "state.db"), log_dir=tmp_path / "logs",
+                               predictor_registry=root)
+    with TestClient(create_app(settings)) as client:
+        deadline = time.monotonic() + 3  # well inside the 5 s between checks
+        while (health := client.get("/healthz").json())["model_error"] is None:
+            assert time.monotonic() < deadline, health
+            time.sleep(0.05)
+    assert health["model_version"] is None
+    assert health["model_error"].startswith("champion v0001 not loaded, no model serves: ")

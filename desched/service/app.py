@@ -146,13 +146,15 @@ class ModelWatcher(threading.Thread):
 
     def run(self) -> None:
         sched = self.scheduler
-        while not self.stopped.wait(predictions.MODEL_CHECK_S):
+        while True:  # a first look at once: a champion that failed at the start is said
             try:
                 if sched.predictions.refresh(sched.lock):
                     with sched.lock:
                         sched.host.model_loaded()
             except Exception:  # keep watching; the next check tries again
                 logger.exception("following the duration registry failed")
+            if self.stopped.wait(predictions.MODEL_CHECK_S):
+                return
 
 
 def build_scheduler(settings: ServiceSettings) -> Scheduler:
