@@ -370,6 +370,10 @@ class Gate:
         if not self.running[k]:
             del self.running[k]
 
+    def capped(self) -> set[int]:
+        """The tenant codes at their concurrency cap now."""
+        return {k for k, cap in self.caps.items() if self.running[k] >= cap}
+
     def choose(
         self, policy: Policy, now: float, fits: Fits | None = None, limit: int | None = None
     ) -> tuple[int | None, int]:
@@ -387,7 +391,7 @@ class Gate:
         taken (O(tasks popped), those of capped tenants included); else its
         ``pop_sequence``. Without a capped tenant and without mixed priorities it is the
         plain ``pop`` / ``pop_fitting``."""
-        capped = {k for k, cap in self.caps.items() if self.running[k] >= cap}
+        capped = self.capped()
         if not capped and not self.mixed:
             if fits is None:
                 return policy.pop(now), 0

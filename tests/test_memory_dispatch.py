@@ -349,25 +349,39 @@ def test_one_tenants_tasks_that_fit_no_worker_hold_up_no_other_tenant(
     tasks=st.lists(st.tuples(st.sampled_from("abc"), st.sampled_from([None, 100.0, 900.0,
                                                                        5000.0])),
                    min_size=1, max_size=20),
-    frees=st.lists(st.one_of(st.none(), st.sampled_from([50.0, 100.0, 1000.0])), min_size=1,
-                   max_size=25),
+    steps=st.lists(st.one_of(
+        st.none(), st.sampled_from([50.0, 100.0, 1000.0]),  # a poll and its free memory
+        st.just("idle"),  # the leases expire in a quiet spell: requeued (or dead after 2)
+        st.tuples(st.sampled_from("abc"), st.sampled_from([None, 100.0, 5000.0])),  # arrives
+    ), min_size=1, max_size=25),
     cap=st.one_of(st.none(), st.integers(1, 2)),
 )
 def test_a_memory_aware_poll_gets_the_reference_walks_task(
     tmp_path_factory: pytest.TempPathFactory, policy: str,
-    tasks: list[tuple[str, float | None]], frees: list[float | None], cap: int | None,
+    tasks: list[tuple[str, float | None]], steps: list[Any], cap: int | None,
 ) -> None:
-    # the walk past tenants whose tasks fit no poll, under a concurrency cap on tenant b too
-    s = make_scheduler(tmp_path_factory.mktemp("w") / "s.db", FakeTime(), policy=policy,
+    # every grant is the reference walk's, under a concurrency cap on tenant b too, with
+    # leases expiring in quiet spells while work arrives between the polls
+    clock = FakeTime()
+    s = make_scheduler(tmp_path_factory.mktemp("w") / "s.db", clock, policy=policy,
                        max_fit_skips=2)
     if cap is not None:
         s.admission.apply(Controls({"b": TenantControl(cap=cap)}), 1)
     try:
         for tenant, mem in tasks:
             submit(s, tenant, [mem])
-        for free in frees:
-            expected = expected_grant(s, free)
-            grant = poll(s, free)
+        for step in steps:
+            if step == "idle":
+                clock.t += s.leases.lease_s + 1.0
+                s.sweep()
+                wait(s.writer.add([]))
+                assert not s.leases
+                continue
+            if isinstance(step, tuple):
+                submit(s, step[0], [step[1]])
+                continue
+            expected = expected_grant(s, step)
+            grant = poll(s, step)
             assert (None if grant is None else grant.task.task_id) == expected
             assert len(s.policy) == len(s.queued)
     finally:

@@ -34,8 +34,8 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import secrets
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -145,19 +145,13 @@ def decide_memory(champion: str | None) -> str:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    # created 0666 less the umask, as any file here (mkstemp's 0600 hid the card and the
+    # pointer from a service run as another user)
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     with os.fdopen(fd, "w") as handle:
         handle.write(text)
-        # mkstemp's 0600 would hide the card and the pointer from a service run as another
-        # user: the mode of any file created here (0666 less the umask)
-        os.fchmod(handle.fileno(), 0o666 & ~_umask())
     os.replace(tmp, path)
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 @contextmanager

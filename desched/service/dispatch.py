@@ -104,8 +104,7 @@ def _some_task_fits(
     after the first walk."""
     if not queued:
         return False
-    capped: set[int] = set() if gate is None else {
-        k for k, cap in gate.caps.items() if gate.running[k] >= cap}
+    capped = set() if gate is None else gate.capped()
     tenant = policy.tasks.tenant
     for i in queued:
         need = live[i].predicted_mem_mb

@@ -24,14 +24,14 @@ logger = logging.getLogger("desched.service")
 
 
 MODEL_CHECK_S = 5.0
-"""How often the housekeeper looks at the duration registry's champion pointer."""
+"""How often the service's ``ModelWatcher`` looks at the duration registry's champion."""
 
 
 class Predictions:
     """The duration predictor and the memory model the service loaded (either may be None).
 
     With ``registry`` (the duration model's registry) the service follows its champion:
-    ``refresh``, called by the housekeeper, loads a newly promoted champion (a scheduled
+    ``refresh``, called by the ``ModelWatcher``, loads a newly promoted champion (a scheduled
     retraining's) and swaps it in under the scheduler's lock, keeping the tenant history
     the old one learned from completions. A champion that will not load leaves the current
     model serving; ``error`` says why until a champion loads. The active policy does not
@@ -76,24 +76,24 @@ class Predictions:
     def refresh(self, lock: threading.Lock) -> bool:
         """Load the registry's champion if it is not the loaded model (the service's
         ``ModelWatcher`` calls this every ``MODEL_CHECK_S``); whether a new model was swapped
-        in. Loading runs outside
-        ``lock`` (a first load compiles the forests: seconds); the swap holds it. A champion
-        that failed is tried again once its folder's files change (fixed in place, or
-        written again); ``error`` is cleared once the champion is the model serving."""
+        in. Loading runs outside ``lock`` (a first load compiles the forests: seconds); the
+        swap holds it. A champion that failed is tried again once its folder's files change
+        (fixed in place, or written again); ``error`` is cleared once the champion is the
+        model serving."""
         if self.registry is None:
             return False
         from desched.models.registry import Registry
 
         try:
             champion = Registry(self.registry).champion()
-            files = _signature(self.registry, champion)
+            if champion is None:
+                return False
+            if champion == self.version:
+                self.error = None
+                return False
+            files = _signature(self.registry / champion)
         except (DeschedError, OSError, ValueError) as exc:  # unreadable: permissions, bytes
             return self._refused(None, f"{type(exc).__name__}: {exc}")
-        if champion is None:
-            return False
-        if champion == self.version:
-            self.error = None
-            return False
         if (champion, files) == self._tried:
             return False
         self._tried = (champion, files)
@@ -156,10 +156,7 @@ class Predictions:
             self.duration.observe_completion(tenant, task_type, duration_s)
 
 
-def _signature(registry: Path, version: str | None) -> tuple[tuple[str, int, int], ...]:
+def _signature(folder: Path) -> tuple[tuple[str, int, int], ...]:
     """(name, size, mtime) of each file of a version's folder: changes when it is rewritten."""
-    if version is None:
-        return ()
-    folder = Path(registry) / version
     stats = ((p.name, p.stat()) for p in sorted(folder.iterdir()) if p.is_file())
     return tuple((name, st.st_size, st.st_mtime_ns) for name, st in stats)
