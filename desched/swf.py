@@ -24,7 +24,7 @@ swf_wait_s      the logged queue wait (3), null when -1: when the job really sta
 
 Jobs that cannot be used are dropped and counted by reason in the ``SwfReport``, never
 silently, in this order of precedence: a malformed line (not 18 fields, a field that is not
-a number, a non-integer job, processor count, status or id), no submit time (negative), no
+a number, a non-integer job, processor count, status or id, or one past 2^53), no submit time (negative), no
 run time (negative, normally -1), zero run time (a trace needs ``duration_s > 0``), out of
 range (a submit or run time above ``desched.trace.MAX_SECONDS``, 1e12 s), and a job number
 seen on an earlier kept line. A UTF-8 byte-order mark at the start of the file is skipped. Rows keep file order, stably sorted by ``submit_s``.
@@ -153,6 +153,12 @@ def _read_text(path: Path) -> str:
     return raw.decode("latin-1")
 
 
+_MAX_EXACT = float(2**53)
+"""Where float64 stops holding every whole number (2^53 + 1 reads as 2^53): an integer field
+(an id, a count) at or past it is malformed, not rounded into another job's id or
+overflowing an Int64 cast."""
+
+
 def _parse(lines: pl.Series) -> pl.DataFrame:
     """One row per job line: the 18 fields as f64 and ``malformed`` (fields may be null then)."""
     frame = pl.DataFrame({"text": lines})
@@ -171,8 +177,9 @@ def _parse(lines: pl.Series) -> pl.DataFrame:
     numeric_ok = pl.all_horizontal(
         pl.col(name).is_not_null() & pl.col(name).is_finite() for name in FIELDS
     )
-    integral_ok = pl.all_horizontal(
-        pl.col(name) == pl.col(name).round(0) for name in _INTEGER_FIELDS
+    integral_ok = pl.all_horizontal(  # whole, and exact as a float (an id past 2^53 is not)
+        (pl.col(name) == pl.col(name).round(0)) & (pl.col(name).abs() < _MAX_EXACT)
+        for name in _INTEGER_FIELDS
     )
     malformed = ~(pl.col("width_ok") & numeric_ok.fill_null(False) & integral_ok.fill_null(False))
     return frame.select(*FIELDS, malformed.alias("malformed"))

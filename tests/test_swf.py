@@ -213,6 +213,21 @@ def test_a_job_past_the_largest_time_is_dropped_and_counted_not_the_whole_log(
     assert "out of range 2" in report.summary()
 
 
+def test_an_id_too_large_to_hold_exactly_is_a_malformed_line_not_an_error(tmp_path: Path) -> None:
+    # A user id of 1e20 failed the whole import with polars' "conversion from f64 to i64
+    # failed"; two ids past 2^53 could round to one (a QA pass).
+    line = "  {job} {submit} 0 60 1 -1 -1 1 60 -1 1 {user} 3 12 2 1 -1 -1\n"
+    text = "".join((line.format(job=1, submit=100, user=7),
+                    line.format(job=2, submit=110, user="99999999999999999999"),
+                    line.format(job=3, submit=120, user=2**53 + 1),
+                    line.format(job="18446744073709551617", submit=125, user=7),
+                    line.format(job=4, submit=130, user=2**53 - 1)))
+    frame, report = import_swf(write_swf(tmp_path, text))
+    assert frame["task_id"].to_list() == ["j1", "j4"]
+    assert report.rejected.select("line", "reason").rows() == [
+        (2, "malformed"), (3, "malformed"), (4, "malformed")]
+
+
 def test_a_utf8_byte_order_mark_is_not_a_malformed_job(tmp_path: Path) -> None:
     path = tmp_path / "bom.swf"
     path.write_bytes(b"\xef\xbb\xbf" + SMALL_SWF.encode())
