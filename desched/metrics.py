@@ -239,8 +239,9 @@ def window_edges(submit_s: Floats, end_s: Floats, window_s: float | None) -> Flo
     t0 = float(submit_s.min())
     t1 = float(end_s.max())
     if window_s is None:
-        span = float(submit_s.max()) - t0
-        window_s = span / DEFAULT_WINDOWS if span > 0 else max(t1 - t0, 1.0)
+        # a trace submitted at one instant gets the shortest windows, as one whose
+        # submissions span a millisecond does, not one window that hides every lag
+        window_s = (float(submit_s.max()) - t0) / DEFAULT_WINDOWS
     # the factor keeps ceil() at MAX_WINDOWS despite rounding of the division
     window_s = max(window_s, (t1 - t0) / MAX_WINDOWS * (1.0 + 1e-12))
     count = max(1, math.ceil((t1 - t0) / window_s))

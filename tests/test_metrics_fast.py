@@ -246,3 +246,15 @@ def test_busy_runs_of_a_start_before_its_submission_go_to_the_reference() -> Non
     reference = busy_runs_by_events(codes, submit, start)
     for a, b in zip(fast, reference, strict=True):
         assert np.array_equal(a, b, equal_nan=True)
+
+
+def test_a_trace_submitted_at_one_instant_gets_the_shortest_windows_not_one() -> None:
+    # It got one window, the whole run, so its service lag was 0 whatever the policy did,
+    # while a millisecond of submission span gave 1,000 windows (a QA pass).
+    submit = np.zeros(400)
+    end = np.linspace(1.0, 268.0, 400)
+    edges = window_edges(submit, end, None)
+    assert len(edges) - 1 == MAX_WINDOWS
+    nearly = submit.copy()
+    nearly[-1] = 1e-3
+    assert np.allclose(window_edges(nearly, end, None), edges)
