@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import math
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -54,12 +55,24 @@ async def committed(pending: Pending | None) -> None:
         timer.cancel()
 
 
-async def lease_call(call: Callable[[], T], refusal_for: Callable[[str], Exception]) -> T:
-    """``call()``: a heartbeat, completion or failure. For a task that ended before (``NotLive``)
-    it raises the refusal its stored state calls for, read by ``refusal_for`` in a worker
-    thread: a late retry during a database stall holds up that request alone."""
+async def unlocked(lock: threading.Lock, call: Callable[[], T]) -> T:
+    """``call()``, which takes the scheduler's ``lock``: on the loop while the lock is free, in
+    a worker thread while another thread holds it (a rebuild after a failed commit reads the
+    database under it), so the loop never waits on it and ``/livez`` answers through a
+    database stall. A lock taken between the look and the call costs a short wait, as ever."""
+    if lock.locked():
+        return await run_in_threadpool(call)
+    return call()
+
+
+async def lease_call(call: Callable[[], T], refusal_for: Callable[[str], Exception],
+                     lock: threading.Lock) -> T:
+    """``call()`` (``unlocked``): a heartbeat, completion or failure. For a task that ended
+    before (``NotLive``) it raises the refusal its stored state calls for, read by
+    ``refusal_for`` in a worker thread: a late retry during a database stall holds up that
+    request alone."""
     try:
-        return call()
+        return await unlocked(lock, call)
     except NotLive as ended:
         raise await run_in_threadpool(refusal_for, ended.task_id) from None
 

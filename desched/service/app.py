@@ -55,6 +55,7 @@ from desched.service.answers import (
     refusal,
     storage_error,
     storage_errors,
+    unlocked,
 )
 from desched.service.asgi import ASGIApp, BodyLimit, Receive, Scope, Send
 from desched.service.clock import Clock
@@ -378,7 +379,8 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
     async def poll(body: m.PollIn, worker: Worker) -> Any:
         """The policy's choice among the tasks that fit ``free_mem_mb``, with a lease; 204
         when there is none."""
-        grant, pending = sched.poll(worker, body.worker_id, body.free_mem_mb)
+        grant, pending = await unlocked(
+            sched.lock, lambda: sched.poll(worker, body.worker_id, body.free_mem_mb))
         if grant is None:
             return Response(status_code=204)
         await committed(pending)
@@ -397,7 +399,8 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
         """Cancel one of the tenant's tasks, queued or leased (idempotent): a queued task is
         never handed out; the worker holding a leased one hears 410 at its next heartbeat
         and does not complete it."""
-        was, pending = sched.cancel(tenant, task_id)
+        # a worker thread: a task not live here is looked up in the database
+        was, pending = await run_in_threadpool(sched.cancel, tenant, task_id)
         await committed(pending)
         return m.CancelOut(task_id=task_id, state="cancelled", was=was)
 
@@ -419,8 +422,8 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
     async def heartbeat(task_id: TaskId, body: m.LeaseIn, worker: Worker) -> m.HeartbeatOut:
         """Extend the lease by the lease period."""
         expires, pending = await lease_call(
-            lambda: sched.heartbeat(worker, task_id, body.lease_id), sched.refusal_for
-        )
+            lambda: sched.heartbeat(worker, task_id, body.lease_id), sched.refusal_for,
+            sched.lock)
         await committed(pending)
         return m.HeartbeatOut(lease_expires_at=expires)
 
@@ -434,6 +437,7 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
                 worker, task_id, body.lease_id, body.duration_s, body.peak_mem_mb, body.result_ref
             ),
             sched.refusal_for,
+            sched.lock,
         )
         await committed(pending)
         return Response(status_code=204)
@@ -449,6 +453,7 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
         state, pending = await lease_call(
             lambda: sched.fail(worker, task_id, body.lease_id, body.error, body.retryable),
             sched.refusal_for,
+            sched.lock,
         )
         await committed(pending)
         return m.FailOut(state=state.value)
@@ -462,7 +467,7 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
     async def healthz() -> Any:
         """Readiness: the role (active or standby), the live policy and queue sizes; 503
         while this service stands by."""
-        health = sched.health()
+        health = await unlocked(sched.lock, sched.health)
         health.model_version = sched.predictions.version
         health.model_error = sched.predictions.error
         if health.role == "active":
@@ -479,7 +484,8 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
     @app.get("/metrics", response_class=PlainTextResponse, tags=["operations"])
     async def metrics() -> PlainTextResponse:
         """Prometheus text: queue length per tenant, decisions, lease expiries, latency."""
-        return PlainTextResponse(sched.metrics(), media_type=CONTENT_TYPE)
+        text = await unlocked(sched.lock, sched.metrics)
+        return PlainTextResponse(text, media_type=CONTENT_TYPE)
 
     @app.get("/ui", response_class=HTMLResponse, tags=["operations"])
     async def operator_page() -> HTMLResponse:

@@ -24,6 +24,7 @@ from desched.service.answers import (
     refusal,
     storage_error,
     storage_errors,
+    unlocked,
 )
 from desched.service.asgi import ASGIApp, Receive, Scope, Send, read_body, replay
 from desched.service.errors import ServiceError
@@ -109,7 +110,8 @@ class HotPath:
             return None
         try:
             if task_id is None:
-                grant, pending = self.sched.poll(worker, poll.worker_id, poll.free_mem_mb)
+                grant, pending = await unlocked(self.sched.lock, lambda: self.sched.poll(
+                    worker, poll.worker_id, poll.free_mem_mb))
                 if grant is None:
                     return Response(status_code=204)
                 await committed(pending)
@@ -124,6 +126,7 @@ class HotPath:
                     done.result_ref,
                 ),
                 self.sched.refusal_for,
+                self.sched.lock,
             )
             await committed(pending)
             return Response(status_code=204)

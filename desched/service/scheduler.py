@@ -66,9 +66,8 @@ states the worker's ``free_mem_mb`` gets the policy's first candidate predicted 
 (``dispatch``, memory-aware dispatch); the policy is then exactly as if only that task had
 been dispatched.
 
-Memory: live tasks cost a ``LiveTask`` each and leave memory when they end; the
-``TaskTable`` keeps one row per task submitted since the start, about 150 bytes for a
-finished one, until the next start or rebuild compacts it.
+Memory: a ``LiveTask`` per live task, gone when it ends; the ``TaskTable`` keeps a row per task
+submitted since the start (~150 bytes when finished) until a start or rebuild compacts it.
 """
 
 from __future__ import annotations
@@ -660,49 +659,54 @@ class Scheduler:
             return state, pending
 
     def cancel(self, tenant: str, task_id: str) -> tuple[str, Pending | None]:
-        """Cancel ``tenant``'s task ``task_id``, queued or leased: the state it was in
-        (``queued``, ``leased``, or ``cancelled`` for a repeat, which changes nothing) and the
-        commit to await. ``NotFound`` for another tenant's task, ``Conflict`` for one that
-        ended (done, dead). A queued task leaves the policy uncharged (``Policy.remove``); a
-        leased one's lease ends, and its worker hears 410 at its next heartbeat."""
+        """Cancel ``tenant``'s queued or leased task ``task_id``: the state it was in
+        (``queued``, ``leased``; ``cancelled`` for a repeat, which changes nothing) and the
+        commit to await. ``NotFound`` for another tenant's task, ``Conflict`` for an ended one
+        (done, dead). A task not live here is read from the database outside the lock (a
+        stalled database holds up this request only): a task never becomes live again."""
         with self.lock:
             self._require_active()
             now = self.clock()
             self._expire(now)
             i = self.position.get(task_id)
             task = self.live.get(i) if i is not None else None
-            if task is None or task.tenant != tenant:
-                with self.read_lock:
-                    view = self.store.task_view(task_id)
-                if view is None or view["tenant"] != tenant:
-                    raise NotFound(f"no task {task_id!r} for this tenant")
-                state = self.ending.get(task_id, view["state"])
-                if state != TaskState.CANCELLED.value:
-                    raise Conflict(f"task {task_id!r} cannot be cancelled: it is {state}")
-                return TaskState.CANCELLED.value, self.writer.add([])  # after the first's
-            assert i is not None
-            was = TaskState.QUEUED.value if task.lease_id is None else TaskState.LEASED.value
-            logged = None
-            if self.log is not None:
-                leased = task.lease_id is not None
-                worker, worker_id = (task.worker, task.worker_id) if leased else (None, None)
-                record = cancel_record(task, was, worker, worker_id)
-                logged = self.log.line("cancel", now, record)
-            if task.lease_id is None:
-                pending = self.writer.add([cancel_write(task.seq, None, now)], after=logged)
-                self.host.policy.remove(i, now)
-                self.admission.gate.unqueued(i)
-                self.queued.discard(i)
-                self.backlog[task.tenant] -= 1
-                self.counters.cancelled_queued += 1
-            else:
-                held = self.leases.release(i)
-                self.admission.gate.finished(i)
-                write = cancel_write(task.seq, held.lease_id, now)
-                pending = self.writer.add([write], after=logged)
-                self.counters.cancelled_leased += 1
-            self._forget(i, task, TaskState.CANCELLED, pending)
-            return was, pending
+            if i is not None and task is not None and task.tenant == tenant:
+                return self._cancel_live(i, task, now)
+            ending = self.ending.get(task_id)
+        with self.read_lock:
+            view = self.store.task_view(task_id)
+        if view is None or view["tenant"] != tenant:
+            raise NotFound(f"no task {task_id!r} for this tenant")
+        state = ending or view["state"]
+        if state != TaskState.CANCELLED.value:
+            raise Conflict(f"task {task_id!r} cannot be cancelled: it is {state}")
+        with self.lock:
+            return TaskState.CANCELLED.value, self.writer.add([])  # after the first's
+
+    def _cancel_live(self, i: int, task: LiveTask, now: float) -> tuple[str, Pending | None]:
+        """``cancel`` of live task ``i`` (``task``), under the lock."""
+        was = TaskState.QUEUED.value if task.lease_id is None else TaskState.LEASED.value
+        logged = None
+        if self.log is not None:
+            leased = task.lease_id is not None
+            worker, worker_id = (task.worker, task.worker_id) if leased else (None, None)
+            record = cancel_record(task, was, worker, worker_id)
+            logged = self.log.line("cancel", now, record)
+        if task.lease_id is None:
+            pending = self.writer.add([cancel_write(task.seq, None, now)], after=logged)
+            self.host.policy.remove(i, now)
+            self.admission.gate.unqueued(i)
+            self.queued.discard(i)
+            self.backlog[task.tenant] -= 1
+            self.counters.cancelled_queued += 1
+        else:
+            held = self.leases.release(i)
+            self.admission.gate.finished(i)
+            write = cancel_write(task.seq, held.lease_id, now)
+            pending = self.writer.add([write], after=logged)
+            self.counters.cancelled_leased += 1
+        self._forget(i, task, TaskState.CANCELLED, pending)
+        return was, pending
 
     def _end_attempt(
         self, i: int, task: LiveTask, held: Lease, now: float, error: str, retryable: bool
@@ -767,16 +771,12 @@ class Scheduler:
         with self.lock:
             status, detail = health_status(self.active, self._stale, self.writer.failing)
             return Health(
-                status=status,
-                detail=detail,
-                role="active" if self.active else "standby",
+                status=status, detail=detail, role="active" if self.active else "standby",
                 policy=self.host.spec.name,
                 params=self.host.policy.params.model_dump() if self.active else {},
-                queued=len(self.queued),
-                leased=len(self.leases),
+                queued=len(self.queued), leased=len(self.leases),
                 predictor=self.predictions.duration is not None,
-                predicted_labels=self.predictions.labels(),
-                policy_error=self.host.error,
+                predicted_labels=self.predictions.labels(), policy_error=self.host.error,
                 default_policy=self.host.default.name,
                 default_policy_reason=self.host.default_reason,
             )
