@@ -23,7 +23,7 @@ import time
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -37,6 +37,15 @@ if TYPE_CHECKING:
     from desched.controls import Gate
 
 ProgressFn = Callable[[int], None]
+
+
+class ArrivalLabels(Protocol):
+    """Predictions made during a run (``desched.bench.online.OnlineLabels``)."""
+
+    def arrive(self, i: int, t: float) -> None: ...
+
+    def complete(self, i: int, t: float) -> None: ...
+
 PROGRESS_EVERY = 16384
 Engine = Literal["auto", "kernel", "python"]
 ENGINES: tuple[str, ...] = ("auto", "kernel", "python")
@@ -113,6 +122,7 @@ def simulate(
     progress: ProgressFn | None = None,
     gate: Gate | None = None,
     engine: Engine = "auto",
+    labels: ArrivalLabels | None = None,
 ) -> SimResult:
     """Run every task of ``tasks`` on ``workers`` workers under ``policy``.
 
@@ -126,12 +136,17 @@ def simulate(
     ``gate`` (``desched.controls``) applies tenant caps and priority levels: an idle worker
     then gets the gate's choice, or nothing when every queued task's tenant is at its cap
     (it idles until the next completion or arrival).
+    ``labels`` (``desched.bench.online.OnlineLabels``) writes each task's predictions into
+    ``tasks`` when it arrives, before the policy sees it, from what had finished in this run
+    (the Python loop runs: a kernel reads its predictions before the run).
     """
     if workers < 1:
         raise DeschedError(f"workers must be >= 1, got {workers}")
     if len(policy) != 0:
         raise DeschedError("the policy must start with an empty queue")
-    name = kernel_for(policy, gate, engine)
+    if labels is not None and engine == "kernel":
+        raise DeschedError("--engine kernel: predictions made during the run need the Python loop")
+    name = None if labels is not None else kernel_for(policy, gate, engine)
     if name is not None:
         weight = np.ones(max(1, len(tasks.tenant_names)), dtype=np.float64)
         for k, w in tasks.tenant_weight.items():
@@ -174,6 +189,8 @@ def simulate(
 
         gated = GatedQueue(policy, gate)
         push, pop, complete = gated.push, gated.pop, gated.complete  # type: ignore[assignment]
+    arrived = labels.arrive if labels is not None else None
+    completed = labels.complete if labels is not None else None
     heappush, heappop = heapq.heappush, heapq.heappop
     inf = math.inf
     queued = 0
@@ -196,10 +213,14 @@ def simulate(
             heappush(idle, w)
             if complete is not None:
                 complete(i, t, duration[i])
+            if completed is not None:
+                completed(i, t)
         while next_submit == t:
             i = arrival_task[next_arrival]
             next_arrival += 1
             next_submit = arrival_t[next_arrival]
+            if arrived is not None:
+                arrived(i, t)
             push(i, t)
             queued += 1
         while idle and queued:

@@ -4,18 +4,22 @@ A *log case* is one real SWF log, cut by submit time: the first ``train_frac`` o
 (in submit order, ties in file order) train the duration model with the very code of
 ``desched train`` (``desched.models.training.train``: its own train/valid/test slices, the
 objective chosen on valid, p50 and p90 quantile models beside it); the model then predicts
-every task of the log as ``desched predict`` does (the tenant-history features come from
-tasks that ended before each submit, so the test tasks see the training tasks' history, as a
-service that has been running would), and the last ``1 - train_frac`` of the tasks, rebased
-to start at 0, is the *test part*. It carries ``predicted_s`` (the chosen model, floored at
-1e-6 s like ``desched predict``), ``predicted_p50_s`` and ``predicted_p90_s``. Its worker
+the last ``1 - train_frac`` of the tasks, rebased to start at 0, is the *test part*. A
+policy that ranks on predictions gets them as the live service makes them: at each task's
+arrival in its own simulated run, from the tenant history of the tasks finished before it in
+that run, seeded with the training tasks that had finished (on the log's clock) before the
+first test task was submitted (``desched.bench.online``; ``Case.online``). The test part's
+own ``predicted_s`` (the chosen model, floored at 1e-6 s like ``desched predict``),
+``predicted_p50_s`` and ``predicted_p90_s`` columns are those with the seed history alone (what
+is known at the cut, whatever the run): what the frame shows, never what a run ranks on. Its worker
 count is ``desched.bench.specs.workers_for(test, load)`` and its submit times are then scaled
 so that the offered load ``total work / submission span / workers`` is exactly ``load``
 (durations untouched): the same rescaling as a trace spec's ``load`` option.
 
 A *scenario case* is a DES scenario (``steady``, ``flood``) for the no-harm check: seed 1 of
 the scenario (20,000 tasks, 8 workers, load 0.85: the demo's traces) is the test trace, and
-the model is trained on seed 2 of the same scenario, so it never sees the tasks it predicts.
+the model is trained on seed 2 of the same scenario, so it never sees the tasks it predicts;
+its runs predict as a log's do, from an empty history.
 
 Preparing a log trains seven LightGBM models; the test part and its metadata are cached under
 ``cache_dir`` keyed by the log's content hash and every setting that changes them, so a
@@ -30,7 +34,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import polars as pl
@@ -40,9 +44,13 @@ from desched.errors import DeschedError
 from desched.records import Record
 from desched.trace import MIN_PREDICTION_S
 
-CACHE_VERSION = 2
+if TYPE_CHECKING:
+    from desched.bench.online import OnlineModel
+
+CACHE_VERSION = 3
 """Bumped when the preparation changes, so that stale cache files are not read (2: the
-log's job count and its dropped jobs kept beside the test part)."""
+log's job count and its dropped jobs kept beside the test part; 3: the models and feature
+rows of predictions made during each run, ``desched.bench.online``)."""
 TRAIN_FRAC = 0.7
 LOAD = 0.9
 SCENARIOS: tuple[str, ...] = ("steady", "flood")
@@ -141,6 +149,9 @@ class Case:
     """(frame, sorted tenant names, each task's code): ``verdicts.case_tenants``' cache."""
     table: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
     """(frame, its ``TaskTable``): ``verdicts.case_table``'s cache."""
+    online: OnlineModel | None = field(default=None, repr=False, compare=False)
+    """What a run needs to predict as it goes (module docstring); None where the frame's own
+    predictions are the ones to rank on (a clairvoyant twin, a case built by hand)."""
 
     @property
     def tasks(self) -> int:
@@ -218,10 +229,11 @@ def _digest(*parts: Any) -> str:
 
 
 def predict_frame(result: Any, frame: pl.DataFrame, from_row: int = 0) -> pl.DataFrame:
-    """``frame[from_row:]`` plus ``PREDICTED_COLUMNS`` from a ``TrainResult`` (history from
-    the whole frame's own finished tasks, as ``Predictor.features_of``; only the rows kept
-    are predicted, each as it would be among all). A quantile model that was not fitted
-    leaves its column out."""
+    """``frame[from_row:]`` plus ``PREDICTED_COLUMNS`` from a ``TrainResult``, the history
+    from the whole frame's own finished tasks on the frame's clock (as ``desched predict``,
+    ``Predictor.features_of``): a model-accuracy study's predictions (``scripts/``), not what
+    a judge run ranks on, which ``online_frame`` prepares. A quantile model that was not
+    fitted leaves its column out."""
     from desched.models.features import feature_matrix, with_history
 
     x = feature_matrix(with_history(frame), result.spec)[from_row:]
@@ -232,6 +244,37 @@ def predict_frame(result: Any, frame: pl.DataFrame, from_row: int = 0) -> pl.Dat
         if model is not None:
             columns.append(pl.Series(column, np.maximum(model.predict_s(x), MIN_PREDICTION_S)))
     return frame.drop([c for c in PREDICTED_COLUMNS if c in frame.columns]).with_columns(columns)
+
+
+def online_frame(result: Any, frame: pl.DataFrame, from_row: int = 0
+                 ) -> tuple[pl.DataFrame, OnlineModel]:
+    """``frame[from_row:]`` (sorted by ``submit_s``) with ``PREDICTED_COLUMNS`` from a
+    ``TrainResult`` made with the seed history alone, and the ``OnlineModel`` its runs predict
+    with (module docstring). The seed: the rows before ``from_row`` that ended (on the
+    frame's clock, ``desched.models.features.end_times``) before ``frame[from_row]`` was
+    submitted, in end order. A quantile model that was not fitted leaves its column out."""
+    from desched.bench.online import OnlineLabels, OnlineModel
+    from desched.models.features import HISTORY, end_times, feature_matrix
+    from desched.trace import TaskTable
+
+    test = frame[from_row:]
+    seed: list[tuple[str, str, float]] = []
+    if from_row:
+        cut = float(test["submit_s"][0])
+        ended = (frame[:from_row].with_columns(end_times(frame).alias("_end_s"))
+                 .filter(pl.col("_end_s") < cut).sort("_end_s", maintain_order=True))
+        seed = list(zip(ended["tenant"].to_list(), ended["task_type"].to_list(),
+                        ended["duration_s"].to_list()))
+    blank = test.with_columns([pl.lit(None, pl.Float64).alias(c) for c in HISTORY])
+    static = feature_matrix(blank, result.spec)
+    online = OnlineModel.of(result, static, test["task_type"].to_list(), seed)
+    test = test.drop([c for c in PREDICTED_COLUMNS if c in test.columns])
+    table = TaskTable.from_frame(test.with_columns(pl.lit(math.nan).alias("predicted_s")))
+    labels = OnlineLabels(online, table)
+    for i in range(test.height):
+        labels.arrive(i, -math.inf)  # nothing of the run has ended: the seed history alone
+    return test.with_columns([pl.Series(c, getattr(table, c)) for c in
+                              PREDICTED_COLUMNS if c in online.models]), online
 
 
 def rescale_to_load(frame: pl.DataFrame, workers: int, load: float) -> pl.DataFrame:
@@ -266,6 +309,34 @@ def _files(base: Path) -> tuple[Path, Path]:
     return base.parent / f"{base.name}.json", base.parent / f"{base.name}.parquet"
 
 
+def _online_files(base: Path) -> tuple[Path, Path]:
+    """The ``OnlineModel`` of cache entry ``base``: its models and seed, its feature rows."""
+    return base.parent / f"{base.name}.online.json", base.parent / f"{base.name}.online.npy"
+
+
+def _write_online(base: Path, online: OnlineModel) -> None:
+    meta_path, rows_path = _online_files(base)
+    np.save(rows_path, online.static, allow_pickle=False)
+    meta_path.write_text(json.dumps({
+        "spec": online.spec, "models": online.models, "task_type": online.task_type,
+        "seed": online.seed}))
+
+
+def _read_online(base: Path) -> OnlineModel | None:
+    from desched.bench.online import OnlineModel
+
+    meta_path, rows_path = _online_files(base)
+    try:
+        meta = json.loads(meta_path.read_text())
+        static = np.load(rows_path, allow_pickle=False)
+        return OnlineModel(spec=meta["spec"],
+                           models={k: (str(v[0]), bool(v[1])) for k, v in meta["models"].items()},
+                           static=static, task_type=[str(t) for t in meta["task_type"]],
+                           seed=[(str(a), str(b), float(c)) for a, b, c in meta["seed"]])
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None
+
+
 def _read_cache(base: Path) -> Case | None:
     meta_path, data_path = _files(base)
     if not (meta_path.is_file() and data_path.is_file()):
@@ -280,13 +351,18 @@ def _read_cache(base: Path) -> Case | None:
     if meta.get("kind") == "scenario":
         meta.setdefault("load", None)
         meta.setdefault("train_frac", None)
-    return Case(frame=frame, model=model, **meta)
+    online = _read_online(base)
+    if online is None or online.static.shape[0] != frame.height:
+        return None
+    return Case(frame=frame, model=model, online=online, **meta)
 
 
 def _write_cache(base: Path, case: Case) -> None:
     meta_path, data_path = _files(base)
     base.parent.mkdir(parents=True, exist_ok=True)
     case.frame.write_parquet(data_path)
+    if case.online is not None:
+        _write_online(base, case.online)
     meta = case.info().model_dump(include=set(CACHED))
     meta_path.write_text(json.dumps(meta, indent=1))
 
@@ -327,7 +403,7 @@ def prepare_log(
     if progress:
         progress(f"{name}: training on {train_part.height} tasks")
     result = _train(train_part, str(path), settings)
-    predicted = predict_frame(result, full, from_row=train_part.height)
+    predicted, online = online_frame(result, full, from_row=train_part.height)
     t0 = float(predicted["submit_s"].min())  # type: ignore[arg-type]
     test = predicted.with_columns(pl.col("submit_s") - t0)
     workers = workers_for(test, load)
@@ -338,7 +414,7 @@ def prepare_log(
     case = Case(name=name, kind="log", source=str(path), frame=test, workers=workers,
                 mean_train_duration_s=float(train_part["duration_s"].mean()),  # type: ignore[arg-type]
                 model=model, load=applied, train_frac=train_frac, log_jobs=report.job_lines,
-                log_dropped=report.dropped)
+                log_dropped=report.dropped, online=online)
     if base is not None:
         _write_cache(base, case)
     if progress:
@@ -389,12 +465,12 @@ def prepare_scenario(
     if progress:
         progress(f"{name}: training on seed {SCENARIO_TRAIN_SEED} ({train_frame.height} tasks)")
     result = _train(train_frame, f"scenario {name} seed {SCENARIO_TRAIN_SEED}", settings)
-    test = predict_frame(result, draw(seed))
+    test, online = online_frame(result, draw(seed))
     source = f"scenario:{name}" + ("" if seed == SCENARIO_TEST_SEED else f"?seed={seed}")
     case = Case(name=label, kind="scenario", source=source, frame=test,
                 workers=SCENARIO_WORKERS,
                 mean_train_duration_s=float(train_frame["duration_s"].mean()),  # type: ignore[arg-type]
-                model=ModelInfo.of(result), load=None, train_frac=None)
+                model=ModelInfo.of(result), load=None, train_frac=None, online=online)
     if base is not None:
         _write_cache(base, case)
     return case

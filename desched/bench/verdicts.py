@@ -192,6 +192,18 @@ def case_table(case: Case) -> TaskTable:
     return table.copy()
 
 
+def run_labels(case: Case, policy: Any, tasks: TaskTable) -> Any:
+    """The predictions a run of ``policy`` on ``case`` makes as it goes
+    (``desched.bench.online.OnlineLabels``, writing into ``tasks``), or None where the policy
+    reads none or is clairvoyant, or the case has no model to make them (its frame's own)."""
+    from desched.bench.online import LABEL_COLUMNS, OnlineLabels
+
+    read = set(policy.reads) & set(LABEL_COLUMNS)
+    if case.online is None or policy.clairvoyant() or not read:
+        return None
+    return OnlineLabels(case.online, tasks, read)
+
+
 PREFILLED = "prefilled:"
 """``case.outcomes`` key prefix of a simulation run ahead elsewhere
 (``desched.bench.pooled_judge``), under its resolved spec."""
@@ -219,7 +231,7 @@ def evaluate(case: Case, spec: str, extra: Mapping[str, Any] | None = None) -> O
         return out  # type: ignore[no-any-return]
     tasks = case_table(case)
     policy = make_policy(name, tasks, {k: str(v) for k, v in params.items()})
-    result = simulate(tasks, policy, case.workers)
+    result = simulate(tasks, policy, case.workers, labels=run_labels(case, policy, tasks))
     frame = case.frame
     names, codes = case_tenants(case)
     out = outcome_of(key, params, codes, frame["submit_s"].to_numpy(),

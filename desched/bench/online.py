@@ -1,0 +1,161 @@
+"""Predictions made as the live service makes them: at each task's arrival in the simulated
+run, from the history of the tasks that had finished before it *in that run*.
+
+A judge case's duration model reads the tenant-history features (``desched.models.features
+.HISTORY``: the mean of a tenant's last five and last two finished tasks, of its last five of
+the same type, how many had finished). Computed once on the log's own timeline (its logged
+waits), those features would let a test task see tenant-mates that, in the simulated run of a
+policy (other workers, arrivals rescaled to the judge's load, another order), are still queued
+or running: predictions a running service could not make. Here each run makes its own:
+
+- ``OnlineModel`` (picklable, one per case) holds the compiled-forest texts of the point model
+  and the p50/p90 models, each task's static feature row (tenant, type, sizes, hour of day of
+  its logged submission) and the *seed history*: the training part's tasks that had finished
+  (on the log's clock) before the first test task was submitted, in end order;
+- ``OnlineLabels`` (one per run) starts from that seed; ``arrive(i, t)`` first applies every
+  completion of this run that ended strictly before ``t`` (several at one instant in task
+  order, as ``with_history`` takes them), then writes task ``i``'s ``predicted_s``,
+  ``predicted_p50_s`` and ``predicted_p90_s`` into the run's task table before the policy sees
+  the task; ``complete(i, t)`` records a completion. The simulator calls both
+  (``desched.simulator.simulate``'s ``labels``), which runs it in the Python loop.
+
+The policy still reads only its task table's prediction columns; the durations the history
+uses are those of tasks that finished, as the service's completion records carry them.
+``tests/test_online_labels.py`` checks the history of every arrival against ``with_history``
+over the run's own end times (an independent, vectorised computation).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import tempfile
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from desched.models.features import HISTORY, FeatureSpec
+from desched.trace import MIN_PREDICTION_S, TaskTable
+
+LABEL_COLUMNS: tuple[str, ...] = ("predicted_s", "predicted_p50_s", "predicted_p90_s")
+_FORESTS: dict[str, Any] = {}
+"""Compiled forests of this process by the digest of their text (a run compiles none twice)."""
+
+
+@dataclass
+class OnlineModel:
+    """What a run needs to predict as it goes (module docstring)."""
+
+    spec: dict[str, Any]
+    """The model's ``FeatureSpec.to_json()``."""
+    models: dict[str, tuple[str, bool]]
+    """``LABEL_COLUMNS`` entry -> (LightGBM model text, whether its output is log seconds)."""
+    static: np.ndarray = field(repr=False)
+    """(tasks, features) rows in the spec's order, the history columns NaN."""
+    task_type: list[str] = field(repr=False)
+    seed: list[tuple[str, str, float]] = field(default_factory=list, repr=False)
+    """(tenant, task type, duration) of the tasks finished before the run, in end order."""
+
+    @classmethod
+    def of(cls, result: Any, static: np.ndarray, task_type: list[str],
+           seed: list[tuple[str, str, float]]) -> OnlineModel:
+        """From a ``desched.models.training.TrainResult``."""
+        models = {"predicted_s": (result.model.booster.model_to_string(),
+                                  bool(result.model.log_target))}
+        for key, column in (("p50", "predicted_p50_s"), ("p90", "predicted_p90_s")):
+            q = result.quantile_models.get(key)
+            if q is not None:
+                models[column] = (q.booster.model_to_string(), bool(q.log_target))
+        return cls(spec=result.spec.to_json(), models=models,
+                   static=np.ascontiguousarray(static, dtype=np.float64),
+                   task_type=list(task_type), seed=list(seed))
+
+    def forests(self, columns: frozenset[str] | set[str] = frozenset(LABEL_COLUMNS)
+                ) -> list[tuple[str, Any, bool]]:
+        """(column, compiled forest, log target) per model of ``columns``, compiled once per
+        process (and once per machine: ``desched.models.duration.compile_model``'s shared
+        cache)."""
+        from desched.models.duration import compile_model
+
+        out = []
+        for column, (text, log_target) in self.models.items():
+            if column not in columns:
+                continue
+            digest = hashlib.sha256(text.encode()).hexdigest()
+            forest = _FORESTS.get(digest)
+            if forest is None:
+                folder = Path(tempfile.mkdtemp(prefix="desched-online-"))
+                model_path = folder / "model.txt"
+                model_path.write_text(text)
+                forest = _FORESTS[digest] = compile_model(model_path, folder / "model.so")
+            out.append((column, forest, log_target))
+        return out
+
+
+class OnlineLabels:
+    """One run's predictions (module docstring). Not reentrant: one simulation at a time."""
+
+    def __init__(self, model: OnlineModel, tasks: TaskTable,
+                 columns: frozenset[str] | set[str] = frozenset(LABEL_COLUMNS)) -> None:
+        """``columns``: the ``LABEL_COLUMNS`` to predict (those the policy reads; the others
+        keep what ``tasks`` holds)."""
+        spec = FeatureSpec.from_json(model.spec)
+        self.window = spec.history_window
+        self.at = len(spec.names) - len(HISTORY)
+        self.static = model.static
+        self.tasks = tasks
+        self.task_type = model.task_type
+        self.forests = model.forests(columns)
+        self.columns = [getattr(tasks, c) for c, _, _ in self.forests]
+        self.recent: dict[str, deque[float]] = {}
+        self.recent_type: dict[tuple[str, str], deque[float]] = {}
+        self.done: dict[str, int] = {}
+        for tenant, task_type, duration in model.seed:
+            self._record(tenant, task_type, duration)
+        self.pending: deque[tuple[float, int]] = deque()
+        self.rows: dict[int, np.ndarray] = {}
+        """Every feature row the run predicted from, by task (kept only when ``keep_rows``)."""
+        self.keep_rows = False
+
+    def _record(self, tenant: str, task_type: str, duration: float) -> None:
+        w = self.window
+        self.recent.setdefault(tenant, deque(maxlen=w)).append(duration)
+        self.recent_type.setdefault((tenant, task_type), deque(maxlen=w)).append(duration)
+        self.done[tenant] = self.done.get(tenant, 0) + 1
+
+    def complete(self, i: int, t: float) -> None:
+        """Task ``i`` of this run finished at ``t`` (completions come in time order)."""
+        self.pending.append((t, i))
+
+    def arrive(self, i: int, t: float) -> None:
+        """Task ``i`` arrives at ``t``: its labels, from the history of what ended before."""
+        pending = self.pending
+        if pending and pending[0][0] < t:
+            ended = []
+            while pending and pending[0][0] < t:
+                ended.append(pending.popleft())
+            ended.sort()  # one instant's completions in task order, as with_history's rows
+            names, durations = self.tasks.tenant_names, self.tasks.duration_s
+            tenant = self.tasks.tenant
+            for _, j in ended:
+                self._record(names[tenant[j]], self.task_type[j], durations[j])
+        name = self.tasks.tenant_names[self.tasks.tenant[i]]
+        row = self.static[i].copy()
+        recent = self.recent.get(name)
+        if recent:
+            last2 = list(recent)[-2:]
+            by_type = self.recent_type.get((name, self.task_type[i]))
+            at = self.at
+            row[at] = sum(recent) / len(recent)
+            row[at + 1] = sum(last2) / len(last2)
+            row[at + 2] = sum(by_type) / len(by_type) if by_type else math.nan
+            row[at + 3] = float(self.done[name])
+        if self.keep_rows:
+            self.rows[i] = row
+        for column, (_, forest, log_target) in zip(self.columns, self.forests):
+            forest.row[:] = row
+            raw = forest.predict_row()
+            column[i] = max(math.exp(raw) if log_target else raw, MIN_PREDICTION_S)

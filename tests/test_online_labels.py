@@ -1,0 +1,150 @@
+"""The judge's runs predict as the live service does: at each arrival, from the history of
+the tasks that had finished before it in that very run (desched.bench.online).
+
+The reference is ``with_history`` (one sort and as-of joins in polars) over the run's own end
+times, the seed history placed before them: no code shared with ``OnlineLabels``' deques."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+import desched.bench.judge as jd
+from desched.bench.online import OnlineLabels
+from desched.bench.verdicts import case_table, run_labels
+from desched.models.features import HISTORY, with_history
+from desched.policies import make_policy
+from desched.simulator import simulate
+from tests.test_judge import write_swf
+
+PREDICTIVE = ("boost-ledger", "sjf-predicted", "guarded-sjf", "hrrn-predicted")
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory: pytest.TempPathFactory) -> jd.Case:
+    folder = tmp_path_factory.mktemp("online")
+    return jd.prepare_log(write_swf(folder / "syn.swf", 900, 3), cache_dir=folder / "cache")
+
+
+@pytest.fixture(scope="module")
+def tied(tmp_path_factory: pytest.TempPathFactory) -> jd.Case:
+    """A case on whole seconds, not rescaled: completions land on arrival instants, and
+    several on one instant (the strict "ended before" and the order within an instant)."""
+    from desched.bench.judge_cases import online_frame, split_log
+    from desched.models.training import TrainSettings, train
+    from desched.swf import import_swf
+
+    folder = tmp_path_factory.mktemp("tied")
+    full, _ = import_swf(write_swf(folder / "tied.swf", 900, 5))
+    full = full.sort("submit_s", maintain_order=True).with_columns(
+        (pl.col("submit_s") // 120 * 120).alias("submit_s"),  # bursts on a 2-minute grid
+        (pl.col("duration_s") // 60 * 60 + 60).alias("duration_s"))
+    first, _ = split_log(full, 0.7)
+    test, online = online_frame(train(first, TrainSettings(), source="tied"), full,
+                                from_row=first.height)
+    test = test.with_columns(pl.col("submit_s") - pl.col("submit_s").min())
+    return jd.Case(name="tied", kind="log", source="tied", frame=test, workers=3,
+                   mean_train_duration_s=1.0, online=online)
+
+
+def reference_history(case: jd.Case, end_s: np.ndarray) -> np.ndarray:
+    """``with_history`` of the test part on the run's clock, the seed before everything."""
+    assert case.online is not None
+    seed = case.online.seed
+    k = len(seed)
+    before = pl.DataFrame({
+        "tenant": [s[0] for s in seed], "task_type": [s[1] for s in seed],
+        "duration_s": [s[2] for s in seed],
+        "submit_s": np.full(k, -4e12), "end_s": -2e12 + np.arange(k, dtype=np.float64),
+    })
+    run = pl.DataFrame({
+        "tenant": case.frame["tenant"], "task_type": case.frame["task_type"],
+        "duration_s": case.frame["duration_s"], "submit_s": case.frame["submit_s"],
+        "end_s": end_s,
+    })
+    both = with_history(pl.concat([before, run], how="vertical_relaxed"))
+    return both[k:].select(HISTORY).to_numpy()
+
+
+@pytest.mark.parametrize("which", ["case", "tied"])
+@pytest.mark.parametrize("policy", PREDICTIVE)
+def test_every_arrival_sees_the_history_of_what_had_finished_in_its_own_run(
+        request: pytest.FixtureRequest, which: str, policy: str) -> None:
+    case: jd.Case = request.getfixturevalue(which)
+    tasks = case_table(case)
+    run_policy = make_policy(policy, tasks)
+    labels = run_labels(case, run_policy, tasks)
+    assert isinstance(labels, OnlineLabels)
+    labels.keep_rows = True
+    result = simulate(tasks, run_policy, case.workers, labels=labels)
+    assert result.engine == "python"
+    ours = np.array([labels.rows[i][labels.at:] for i in range(case.tasks)])
+    ref = reference_history(case, np.frombuffer(result.end_s))
+    assert np.allclose(ours, ref, rtol=1e-12, atol=0.0, equal_nan=True)
+    assert np.isfinite(ref[:, 0]).sum() > case.tasks // 2  # history was there to see
+    # the table the policy ranked on holds predictions made from those rows
+    forest = labels.forests[0][1]
+    for i in (0, case.tasks // 2, case.tasks - 1):
+        forest.row[:] = labels.rows[i]
+        assert tasks.predicted_s[i] == max(math.exp(forest.predict_row()), 1e-6)
+
+
+def test_a_run_predicts_differently_from_the_log_clock_and_from_the_seed_alone(
+        case: jd.Case) -> None:
+    tasks = case_table(case)
+    policy = make_policy("sjf-predicted", tasks)
+    simulate(tasks, policy, case.workers, labels=run_labels(case, policy, tasks))
+    seed_alone = case.frame["predicted_s"].to_list()
+    assert tasks.predicted_s != seed_alone  # the run's history moved its predictions
+
+
+def test_durations_of_tasks_that_had_not_finished_never_reach_a_prediction(
+        case: jd.Case) -> None:
+    """Noise in the durations of tasks still unfinished at an arrival changes nothing of
+    that arrival's prediction: the run is replayed with the last tasks' durations changed,
+    and every task submitted before the first changed task ended predicts the same."""
+    tasks = case_table(case)
+    policy = make_policy("hrrn-predicted", tasks)
+    simulate(tasks, policy, case.workers, labels=run_labels(case, policy, tasks))
+    first = list(tasks.predicted_s)
+    n = case.tasks
+    cut = n - n // 4
+    poisoned = case_table(case)
+    rng = np.random.default_rng(0)
+    for i in range(cut, n):
+        poisoned.duration_s[i] = float(rng.uniform(1.0, 5000.0))
+    # the first changed task cannot end before it is submitted: until then nothing differs
+    horizon = min(poisoned.submit_s[cut:])
+    policy2 = make_policy("hrrn-predicted", poisoned)
+    simulate(poisoned, policy2, case.workers, labels=run_labels(case, policy2, poisoned))
+    same = [i for i in range(n) if poisoned.submit_s[i] <= horizon]
+    assert same and all(first[i] == poisoned.predicted_s[i] for i in same)
+    assert any(first[i] != poisoned.predicted_s[i] for i in range(n))
+
+
+def test_only_policies_that_rank_on_predictions_predict_during_the_run(case: jd.Case) -> None:
+    from desched.bench.frontier import clairvoyant_case
+
+    tasks = case_table(case)
+    assert run_labels(case, make_policy("ifs-memoryless", tasks), tasks) is None
+    assert run_labels(case, make_policy("sjf-oracle", tasks), tasks) is None
+    twin = clairvoyant_case(case)
+    assert twin.online is None  # fed the true durations, not a model's
+    assert run_labels(twin, make_policy("sjf-predicted", tasks), tasks) is None
+
+
+def test_a_cached_case_predicts_as_the_case_it_was_written_from(
+        case: jd.Case, tmp_path: Path) -> None:
+    log = Path(case.source)
+    again = jd.prepare_log(log, cache_dir=Path(log).parent / "cache")  # read from the cache
+    assert again.online is not None and case.online is not None
+    assert np.array_equal(again.online.static, case.online.static, equal_nan=True)
+    assert again.online.seed == case.online.seed
+    fresh = jd.verdict_of(case, "boost-ledger")
+    cached = jd.verdict_of(again, "boost-ledger")
+    assert fresh.criteria["gain"].value == cached.criteria["gain"].value
+    assert not math.isnan(fresh.criteria["gain"].value or math.nan)
