@@ -3,7 +3,11 @@ see them (the judge's hook, desched.bench.lolo)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import polars as pl
+import pytest
 
 from desched.bench import holdout
 from desched.bench import judge as jd
@@ -78,3 +82,48 @@ def test_the_lolo_tuner_picks_the_point_the_rule_ranks_first() -> None:
     assert scores[str(chosen)] == best
     first = next(p for p in grid_of("guarded-sjf") if scores[str(p)] == best)
     assert chosen == first  # ties go to grid order
+
+
+def test_a_held_back_run_on_given_logs_tunes_on_the_development_seeds_scenarios(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # With --logs and --set held-back, the tuner's no-harm filter ran on the held-back seed's
+    # scenarios, the very ones then judged (a QA pass).
+    from click.testing import CliRunner
+
+    from desched.bench import lolo, pooled_judge
+    from desched.cli import cli
+
+    def prepare(logs: list[Any], scenarios: list[Any], *, scenario_seed: int = 1,
+                **_: Any) -> list[Case]:
+        made = [tiny_case(f"log{k}") for k in range(len(logs))]
+        for name, _tasks in scenarios:
+            case = tiny_case(f"{name}-seed{scenario_seed}")
+            case.kind = "scenario"
+            made.append(case)
+        return made
+
+    tuned_on: list[list[str]] = []
+
+    class Tuner:
+        __name__ = "lolo"
+
+        def __init__(self, scenarios: Any = (), thresholds: Any = None) -> None:
+            tuned_on.append([c.name for c in scenarios])
+
+        def __call__(self, policy: str, training: Any) -> dict[str, float]:
+            return {}
+
+    monkeypatch.setattr(pooled_judge, "prepare_cases", prepare)
+    monkeypatch.setattr(lolo, "LoloTuner", Tuner)
+    logs = [tmp_path / "a.swf", tmp_path / "b.swf"]
+    for log in logs:
+        log.write_text("; placeholder\n")
+    result = CliRunner().invoke(cli, [
+        "judge", "--set", "held-back", "--logs", ",".join(map(str, logs)), "--tune", "lolo",
+        "--policies", "sjf-predicted", "--scenarios", "steady", "--jobs", "1",
+        "--out", str(tmp_path / "out")], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    seed = holdout.HELD_BACK_SCENARIO_SEED
+    assert tuned_on == [["steady-seed1"]]
+    assert f"steady-seed{seed}" in (tmp_path / "out" / "judge.md").read_text()

@@ -138,11 +138,16 @@ def judge(logs: tuple[str, ...], which: str, scenarios: str, policies: tuple[str
     settings = TrainSettings(num_threads=1)
     tasks = SCENARIO_TASKS if max_tasks is None else min(max_tasks, SCENARIO_TASKS)
     held_back_verdict = which == "held-back" and not logs
+    # the tuner's no-harm filter never runs on the held-back seed's scenarios (with --logs
+    # and --set held-back it gets those of the development seed)
+    own_tuning_scenarios = seed != SCENARIO_TEST_SEED and tune is not None
     with Pool(jobs, dask_address) as pool:
         pool.connect()
         n_cases = len(log_paths) + len(scenario_names)
         if held_back_verdict:
             n_cases += len(dev_paths) + len(scenario_names)
+        elif own_tuning_scenarios:
+            n_cases += len(scenario_names)
         preparing = MessageBar(n_cases, f"train and predict ({pool.describe()})",
                                per_message=True, started=started)
         try:
@@ -158,6 +163,10 @@ def judge(logs: tuple[str, ...], which: str, scenarios: str, policies: tuple[str
                     [(name, tasks) for name in scenario_names], cache_dir=cache_dir,
                     settings=settings, pool=pool, progress=preparing)
                 tuning_scenarios = [c for c in training if c.kind == "scenario"]
+            elif own_tuning_scenarios:
+                tuning_scenarios = pooled_judge.prepare_cases(
+                    [], [(name, tasks) for name in scenario_names], cache_dir=cache_dir,
+                    settings=settings, pool=pool, progress=preparing)
         finally:
             preparing.close()
         if tune == "lolo":
