@@ -421,3 +421,19 @@ def test_a_log_whose_test_part_arrives_at_one_instant_says_no_load_was_applied(
     assert load_note(case) in said
     assert load_note(case) == ("burst: every test task is submitted at one instant, so no load "
                                "could be applied (the log's own arrivals are kept)")
+
+
+def test_a_log_whose_fairness_promises_cannot_fail_says_so(tmp_path: Path) -> None:
+    # A log without user ids is one tenant, 'unknown': Δ Jain is 0 and the worst tenant 1.00×
+    # whatever a policy does, and judge.md said nothing of it (a QA pass).
+    text = write_swf(tmp_path / "src.swf", 600, 4).read_text().splitlines()
+    one = tmp_path / "nouser.swf"
+    rows = [line if line.startswith(";") else " ".join(
+        f if k != 11 else "-1" for k, f in enumerate(line.split())) for line in text]
+    one.write_text("\n".join(rows) + "\n")
+    case = jd.prepare_log(one, cache_dir=tmp_path / "cache")
+    result = jd.run_judge([case], ["sjf-predicted"])
+    assert case.frame["tenant"].unique().to_list() == ["unknown"]
+    assert "nouser: one tenant in the test part" in jd.markdown(result)
+    many = jd.run_judge([small_case(tmp_path)], ["sjf-predicted"])
+    assert "one tenant" not in jd.markdown(many) and not jd.vacuous_notes(many)

@@ -266,6 +266,28 @@ def _x(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}×"
 
 
+def vacuous_notes(result: JudgeResult) -> list[str]:
+    """Per log whose fairness promises hold whatever a policy does, a line that says so: one
+    tenant in its test part (a log without user ids is all ``unknown``), or none with the
+    tasks the worst-tenant promise counts (its ratio then reads 1.00x)."""
+    notes = []
+    for case in result.cases:
+        if case.kind != "log":
+            continue
+        if case.tenants == 1:
+            notes.append(f"{case.name}: one tenant in the test part (a log without user ids "
+                         "is one tenant, 'unknown'): Δ Jain and the worst tenant hold "
+                         "whatever a policy does")
+            continue
+        today = [v for v in result.verdicts if v.workload == case.name
+                 and v.policy == result.today]
+        if today and not today[0].tenant_ratio:
+            notes.append(f"{case.name}: no tenant has {result.thresholds.min_tenant_tasks} "
+                         "test tasks or more, so the worst-tenant promise holds whatever a "
+                         "policy does (it reads 1.00×)")
+    return notes
+
+
 def markdown(result: JudgeResult) -> str:
     """``judge.md``: the frontier per log, the criteria per log and policy, the no-harm
     table, the ranges, the rule's standings, the recommendation. ✗ marks a failed
@@ -288,6 +310,8 @@ def markdown(result: JudgeResult) -> str:
         lines += [("Jobs the SWF import dropped, by reason (`desched import-swf` lists "
                    "them): " + "; ".join(dropped) + "."), ""]
     for note in (n for c in result.cases if (n := load_note(c))):
+        lines += [f"{note}.", ""]
+    for note in vacuous_notes(result):
         lines += [f"{note}.", ""]
     if result.frontiers:
         lines += [("The clairvoyant frontier per log (`desched.bench.frontier`); the last two "
