@@ -44,7 +44,7 @@ import pytest
 from tests.reliability import Audit, ThrowawayPostgres, Traffic, audit, pg_bin, stored_tasks
 from tests.test_service import PipeDrain, Service, add_principals, auth, free_port, task
 from tests.test_service_ha import metric
-from tests.test_service_stateful import InProcess
+from tests.test_service_stateful import InProcess, after_first_sweep
 
 CLEAN = Audit(acknowledged=0, lost=0, not_done=0, completed_twice=0, logged_twice=0,
               batch_sizes=frozenset({3}))
@@ -160,10 +160,7 @@ def test_requests_whose_database_reads_stall_hold_up_neither_polls_nor_healthz(
         # The tenant's and the worker's tokens are known from their first requests, as in any
         # running fleet; the housekeeper's first sweep after the start drops the cache, so
         # those requests come after it.
-        deadline = time.monotonic() + 10
-        while sched.tokens.epoch < 0:
-            assert time.monotonic() < deadline, "the housekeeper never read the token epoch"
-            time.sleep(0.01)
+        after_first_sweep(sched)
         created = svc.client.post("/v1/tasks", json=[task(), task()], headers=a)
         assert created.status_code == 201
         ids.extend(created.json()["task_ids"])

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.test_service import auth, task
-from tests.test_service_stateful import InProcess
+from tests.test_service_stateful import InProcess, after_first_sweep
 
 
 def test_a_cancel_whose_database_read_stalls_holds_up_neither_polls_nor_healthz(
@@ -36,12 +36,7 @@ def test_a_cancel_whose_database_read_stalls_holds_up_neither_polls_nor_healthz(
     answers: dict[str, httpx.Response] = {}
     valve = threading.Timer(20, release.set)  # were the loop blocked, this would free it
     try:
-        # the tenant's and the worker's tokens are known from their first requests, as in any
-        # running fleet (after the housekeeper's first sweep, which drops the cache)
-        deadline = time.monotonic() + 10
-        while sched.tokens.epoch < 0:
-            assert time.monotonic() < deadline, "the housekeeper never read the token epoch"
-            time.sleep(0.01)
+        after_first_sweep(sched)  # the tokens known from their first requests stay cached
         created = svc.client.post("/v1/tasks", json=[task(), task()], headers=a)
         assert created.status_code == 201
         first = svc.client.post("/v1/poll", json={"worker_id": "w"}, headers=w)

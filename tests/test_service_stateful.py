@@ -108,6 +108,15 @@ def wait_controls_applied(db: str, epoch: int) -> None:
         store.close()
 
 
+def after_first_sweep(sched: Any) -> None:
+    """Wait for the housekeeper's first sweep (it reads the token epoch and drops the token
+    cache), so that tokens used after it stay cached, as in any running fleet."""
+    deadline = time.monotonic() + 10
+    while sched.tokens.epoch < 0:
+        assert time.monotonic() < deadline, "the housekeeper never read the token epoch"
+        time.sleep(0.01)
+
+
 class InProcess:
     """The app in this process over SQLite, on a clock that moves only when told."""
 
