@@ -78,13 +78,15 @@ REGISTRY = Registry({
 })
 
 
-RECOMMENDED = "boost-ledger"
+RECOMMENDED = "boost-predicted"
 """The policy to deploy where a duration model is loaded: the live service's default when no
 policy is recorded, and the report's "deployed default". It is the recommendation of the
 deployment judge on the development logs by issue 19's rule (``desched judge --set dev``,
-``desched.bench.rule``, docs/deploy-policy.md: ``boost-ledger`` keeps every promise on 4 of 6
-workloads, 15 of 18 promises, against ``boost-lanes``' 14, at the same smallest frontier share
-0.22); change it only with a judge run that recommends another."""
+``desched.bench.rule``, docs/deploy-policy.md: since each run predicts as the service does,
+from what finished in that run, ``boost-predicted`` keeps every promise on 4 of 6 workloads,
+12 of 18 promises, against ``boost-lanes``' and ``boost-ledger``'s 3 of 6; it was
+``boost-ledger`` under the earlier, leaky predictions); change it only with a judge run
+that recommends another."""
 WITHOUT_PREDICTION = TODAY_SCORER
 """The service's default when no duration model is loaded: a policy that reads no
 ``predicted_s`` (today's scorer)."""
