@@ -86,11 +86,12 @@ class OnlineModel:
                 continue
             digest = hashlib.sha256(text.encode()).hexdigest()
             forest = _FORESTS.get(digest)
-            if forest is None:
-                folder = Path(tempfile.mkdtemp(prefix="desched-online-"))
-                model_path = folder / "model.txt"
-                model_path.write_text(text)
-                forest = _FORESTS[digest] = compile_model(model_path, folder / "model.so")
+            if forest is None:  # its code stays in memory; the files go at once
+                with tempfile.TemporaryDirectory(prefix="desched-online-") as folder:
+                    model_path = Path(folder) / "model.txt"
+                    model_path.write_text(text)
+                    forest = compile_model(model_path, Path(folder) / "model.so")
+                _FORESTS[digest] = forest
             out.append((column, forest, log_target))
         return out
 
