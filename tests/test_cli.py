@@ -168,3 +168,19 @@ def test_a_trace_on_an_epoch_clock_is_simulated_as_the_same_trace_starting_at_ze
     log = pl.read_parquet(tmp_path / "epoch" / "decision-log.parquet")
     ref_log = pl.read_parquet(tmp_path / "shifted" / "decision-log.parquet")
     assert log["kind"].equals(ref_log["kind"]) and log["task_id"].equals(ref_log["task_id"])
+
+
+def test_import_swf_says_when_no_job_has_a_user_id(tmp_path):
+    # A log without user ids became one tenant, 'unknown', without a word (a QA pass).
+    line = "{job} {submit} 0 60 1 -1 -1 1 60 -1 1 {user} 3 12 2 1 -1 -1\n"
+    nouser = tmp_path / "nouser.swf"
+    nouser.write_text("".join(line.format(job=j, submit=10 * j, user=-1) for j in range(1, 6)))
+    result = CliRunner().invoke(cli, ["import-swf", str(nouser), "--out",
+                                      str(tmp_path / "a.parquet")])
+    assert result.exit_code == 0, result.output
+    assert "no job has a user id" in result.stderr
+    users = tmp_path / "users.swf"
+    users.write_text("".join(line.format(job=j, submit=10 * j, user=j % 2) for j in range(1, 6)))
+    result = CliRunner().invoke(cli, ["import-swf", str(users), "--out",
+                                      str(tmp_path / "b.parquet")])
+    assert result.exit_code == 0 and "user id" not in result.stderr

@@ -230,6 +230,10 @@ def import_swf(log: Path, out: Path, rejected: Path | None) -> None:
     frame, report = do_import(log)
     write_trace(frame, out)
     click.echo(f"{out}: {report.summary()}")
+    if frame["tenant"].n_unique() == 1 and frame["tenant"][0] == "unknown":
+        click.echo(f"note: {log}: no job has a user id (field 12 is -1 on every kept line): "
+                   "the trace is one tenant, 'unknown', and every fairness figure over tenants "
+                   "is trivial", err=True)
     if rejected is not None:
         rejected.parent.mkdir(parents=True, exist_ok=True)
         report.rejected.write_parquet(rejected)
