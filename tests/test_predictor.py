@@ -337,7 +337,7 @@ def test_the_service_follows_its_registrys_champion_keeping_the_tenant_history(
     assert predictions.refresh(lock) and predictions.version == "v0002"
     assert predictions.error is None
     assert predictions.duration is not first
-    assert predictions.duration._recent["tenant00"][-1] == 42.0  # type: ignore[attr-defined]
+    assert predictions.duration.history.recent["tenant00"][-1] == 42.0  # type: ignore[union-attr]
     as_version("v0003", corrupt=True)
     assert not predictions.refresh(lock)
     assert predictions.version == "v0002"  # the last model that loaded serves on

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from desched.models.features import HISTORY, FeatureSpec
+from desched.models.features import HISTORY, FeatureSpec, TenantHistory
 from desched.trace import MIN_PREDICTION_S, TaskTable
 
 LABEL_COLUMNS: tuple[str, ...] = ("predicted_s", "predicted_p50_s", "predicted_p90_s")
@@ -104,28 +104,19 @@ class OnlineLabels:
         """``columns``: the ``LABEL_COLUMNS`` to predict (those the policy reads; the others
         keep what ``tasks`` holds)."""
         spec = FeatureSpec.from_json(model.spec)
-        self.window = spec.history_window
         self.at = len(spec.names) - len(HISTORY)
         self.static = model.static
         self.tasks = tasks
         self.task_type = model.task_type
         self.forests = model.forests(columns)
         self.columns = [getattr(tasks, c) for c, _, _ in self.forests]
-        self.recent: dict[str, deque[float]] = {}
-        self.recent_type: dict[tuple[str, str], deque[float]] = {}
-        self.done: dict[str, int] = {}
+        self.history = TenantHistory(spec.history_window)
         for tenant, task_type, duration in model.seed:
-            self._record(tenant, task_type, duration)
+            self.history.record(tenant, task_type, duration)
         self.pending: deque[tuple[float, int]] = deque()
         self.rows: dict[int, np.ndarray] = {}
         """Every feature row the run predicted from, by task (kept only when ``keep_rows``)."""
         self.keep_rows = False
-
-    def _record(self, tenant: str, task_type: str, duration: float) -> None:
-        w = self.window
-        self.recent.setdefault(tenant, deque(maxlen=w)).append(duration)
-        self.recent_type.setdefault((tenant, task_type), deque(maxlen=w)).append(duration)
-        self.done[tenant] = self.done.get(tenant, 0) + 1
 
     def complete(self, i: int, t: float) -> None:
         """Task ``i`` of this run finished at ``t`` (completions come in time order)."""
@@ -142,18 +133,12 @@ class OnlineLabels:
             names, durations = self.tasks.tenant_names, self.tasks.duration_s
             tenant = self.tasks.tenant
             for _, j in ended:
-                self._record(names[tenant[j]], self.task_type[j], durations[j])
-        name = self.tasks.tenant_names[self.tasks.tenant[i]]
+                self.history.record(names[tenant[j]], self.task_type[j], durations[j])
         row = self.static[i].copy()
-        recent = self.recent.get(name)
-        if recent:
-            last2 = list(recent)[-2:]
-            by_type = self.recent_type.get((name, self.task_type[i]))
-            at = self.at
-            row[at] = sum(recent) / len(recent)
-            row[at + 1] = sum(last2) / len(last2)
-            row[at + 2] = sum(by_type) / len(by_type) if by_type else math.nan
-            row[at + 3] = float(self.done[name])
+        values = self.history.values(self.tasks.tenant_names[self.tasks.tenant[i]],
+                                     self.task_type[i])
+        if values is not None:
+            row[self.at:self.at + len(values)] = values
         if self.keep_rows:
             self.rows[i] = row
         for column, (_, forest, log_target) in zip(self.columns, self.forests):

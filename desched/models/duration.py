@@ -30,7 +30,6 @@ import os
 import shutil
 import tempfile
 import threading
-from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +43,7 @@ from desched.models.features import (
     HISTORY,
     FeatureEncoder,
     FeatureSpec,
+    TenantHistory,
     feature_matrix,
     with_history,
 )
@@ -232,10 +232,7 @@ class Predictor:
         self._encoder = FeatureEncoder(spec)
         self._lock = threading.Lock()
         self._history_at = len(spec.names) - len(HISTORY)
-        self._recent: dict[str, deque[float]] = {}
-        self._recent_type: dict[tuple[str, str], deque[float]] = {}
-        self._done: dict[str, int] = {}
-        self._window = spec.history_window
+        self.history = TenantHistory(spec.history_window)
         self._booster: lightgbm.Booster | None = None
         self.quantiles: dict[str, CompiledForest] = dict(quantiles or {})
         for key, f in (("model", forest), *self.quantiles.items()):
@@ -296,32 +293,14 @@ class Predictor:
 
     def observe_completion(self, tenant: str, task_type: str, duration_s: float) -> None:
         """Record a finished task of ``tenant``; later predictions use it as history."""
-        w = self._window
-        self._recent.setdefault(tenant, deque(maxlen=w)).append(duration_s)
-        self._recent_type.setdefault((tenant, task_type), deque(maxlen=w)).append(duration_s)
-        self._done[tenant] = self._done.get(tenant, 0) + 1
+        self.history.record(tenant, task_type, duration_s)
 
     def adopt_history(self, other: object) -> None:
         """Take over the tenant history ``other`` (the predictor this one replaces) learned
         from completions, where both keep the same window; otherwise start empty."""
-        if getattr(other, "_window", None) == self._window:
-            self._recent = other._recent  # type: ignore[attr-defined]
-            self._recent_type = other._recent_type  # type: ignore[attr-defined]
-            self._done = other._done  # type: ignore[attr-defined]
-
-    def _history(self, task: Mapping[str, Any]) -> dict[str, float]:
-        tenant = task.get("tenant")
-        recent = self._recent.get(tenant) if isinstance(tenant, str) else None
-        if not recent:
-            return {}
-        last2 = list(recent)[-2:]
-        by_type = self._recent_type.get((tenant, task.get("task_type")))  # type: ignore[arg-type]
-        return {
-            "tenant_recent_mean_s": sum(recent) / len(recent),
-            "tenant_last2_mean_s": sum(last2) / len(last2),
-            "tenant_type_recent_mean_s": sum(by_type) / len(by_type) if by_type else math.nan,
-            "tenant_done_n": float(self._done[str(tenant)]),
-        }
+        theirs = getattr(other, "history", None)
+        if isinstance(theirs, TenantHistory) and theirs.window == self.history.window:
+            self.history = theirs
 
     def encode(self, task: Mapping[str, Any]) -> np.ndarray:
         """The feature row of ``task`` (a copy), history filled as ``predict_one`` does."""
@@ -331,10 +310,12 @@ class Predictor:
 
     def _fill(self, task: Mapping[str, Any], row: Any) -> None:
         self._encoder.encode(task, row)
-        if self._recent and all(task.get(c) is None for c in HISTORY):
-            history = self._history(task)
-            for j, c in enumerate(HISTORY, start=self._history_at):
-                row[j] = history.get(c, math.nan)
+        if self.history.recent and all(task.get(c) is None for c in HISTORY):
+            tenant = task.get("tenant")
+            values = (self.history.values(tenant, task.get("task_type"))  # type: ignore[arg-type]
+                      if isinstance(tenant, str) else None)
+            for j in range(len(HISTORY)):
+                row[self._history_at + j] = math.nan if values is None else values[j]
 
     def predict_one(self, task: Mapping[str, Any]) -> float:
         """Predicted duration (s) of one task: keys ``tenant``, ``task_type``, the size

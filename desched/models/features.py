@@ -21,6 +21,7 @@ columns come from one sort and one backward as-of join per key, O(n log n).
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -193,6 +194,40 @@ def with_history(frame: pl.DataFrame, window: int = HISTORY_WINDOW) -> pl.DataFr
     return pl.concat(
         [frame.drop([c for c in HISTORY if c in frame.columns]), history], how="horizontal"
     )
+
+
+class TenantHistory:
+    """The ``HISTORY`` features as a running service knows them: each tenant's last ``window``
+    finished durations (all, and per task type) and how many of its tasks finished, from the
+    completions ``record`` has seen in order (the live predictor's, a judge run's). The
+    reference is ``with_history`` over the same end times (tests/test_online_labels.py)."""
+
+    __slots__ = ("done", "recent", "recent_type", "window")
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+        self.recent: dict[str, deque[float]] = {}
+        self.recent_type: dict[tuple[str, str], deque[float]] = {}
+        self.done: dict[str, int] = {}
+
+    def record(self, tenant: str, task_type: str, duration_s: float) -> None:
+        """A task of ``tenant`` finished after every one recorded before."""
+        w = self.window
+        self.recent.setdefault(tenant, deque(maxlen=w)).append(duration_s)
+        self.recent_type.setdefault((tenant, task_type), deque(maxlen=w)).append(duration_s)
+        self.done[tenant] = self.done.get(tenant, 0) + 1
+
+    def values(self, tenant: str, task_type: str) -> tuple[float, float, float, float] | None:
+        """The ``HISTORY`` values of a task of ``tenant`` and ``task_type``, in that order, or
+        None where none of the tenant's tasks has finished (every one missing then)."""
+        recent = self.recent.get(tenant)
+        if not recent:
+            return None
+        last2 = (recent[-2] + recent[-1]) / 2 if len(recent) > 1 else recent[-1]
+        by_type = self.recent_type.get((tenant, task_type))
+        return (sum(recent) / len(recent), last2,
+                sum(by_type) / len(by_type) if by_type else math.nan,
+                float(self.done[tenant]))
 
 
 def feature_matrix(frame: pl.DataFrame, spec: FeatureSpec) -> np.ndarray:
