@@ -556,6 +556,9 @@ class KernelInputs:
     weight: npt.NDArray[np.float64]
     predicted_p50_s: npt.NDArray[np.float64]
     predicted_p90_s: npt.NDArray[np.float64]
+    online: Any = None
+    """The state of predictions made at each arrival
+    (``desched.bench.online.OnlineLabels.kernel_state``), or None: the predictions above."""
 
 
 def kernel_inputs(frame: Any, controls: Controls | None) -> KernelInputs | None:

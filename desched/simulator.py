@@ -46,6 +46,8 @@ class ArrivalLabels(Protocol):
 
     def complete(self, i: int, t: float) -> None: ...
 
+    def kernel_written(self, predicted: dict[str, npt.NDArray[np.float64]]) -> None: ...
+
 PROGRESS_EVERY = 16384
 Engine = Literal["auto", "kernel", "python"]
 ENGINES: tuple[str, ...] = ("auto", "kernel", "python")
@@ -77,6 +79,8 @@ class SimResult:
     wall_s: float = 0.0
     engine: str = "python"
     """``"python"`` (this module's loop) or ``"kernel:<policy>"`` (``desched.kernels``)."""
+    predicted: tuple[npt.NDArray[np.float64], ...] = ()
+    """A kernel run's prediction columns as it ended (``desched.kernels.KernelRun``)."""
 
 
 def queue_counts(
@@ -137,16 +141,21 @@ def simulate(
     then gets the gate's choice, or nothing when every queued task's tenant is at its cap
     (it idles until the next completion or arrival).
     ``labels`` (``desched.bench.online.OnlineLabels``) writes each task's predictions into
-    ``tasks`` when it arrives, before the policy sees it, from what had finished in this run
-    (the Python loop runs: a kernel reads its predictions before the run).
+    ``tasks`` when it arrives, before the policy sees it, from what had finished in this run;
+    a kernel run makes them itself from ``labels.kernel_state()`` (the same rule in native
+    code, ``desched.kernels.source_online``) and hands them to ``labels.kernel_written``.
     """
     if workers < 1:
         raise DeschedError(f"workers must be >= 1, got {workers}")
     if len(policy) != 0:
         raise DeschedError("the policy must start with an empty queue")
-    if labels is not None and engine == "kernel":
-        raise DeschedError("--engine kernel: predictions made during the run need the Python loop")
-    name = None if labels is not None else kernel_for(policy, gate, engine)
+    name = kernel_for(policy, gate, engine)
+    state = getattr(labels, "kernel_state", None)
+    if labels is not None and state is None:
+        if engine == "kernel":
+            raise DeschedError("--engine kernel: these predictions made during the run need "
+                               "the Python loop")
+        name = None
     if name is not None:
         weight = np.ones(max(1, len(tasks.tenant_names)), dtype=np.float64)
         for k, w in tasks.tenant_weight.items():
@@ -158,7 +167,11 @@ def simulate(
             tenant=np.asarray(tasks.tenant, dtype=np.int64),
             weight=weight,
             predicted_p50_s=np.asarray(tasks.predicted_p50_s, dtype=np.float64),
-            predicted_p90_s=np.asarray(tasks.predicted_p90_s, dtype=np.float64)))
+            predicted_p90_s=np.asarray(tasks.predicted_p90_s, dtype=np.float64),
+            online=None if state is None else state()))
+        if labels is not None:
+            labels.kernel_written(dict(zip(("predicted_s", "predicted_p50_s", "predicted_p90_s"),
+                                           result.predicted, strict=True)))
         if progress is not None:
             progress(len(tasks))
         return result
@@ -309,7 +322,7 @@ def simulate_arrays(
     wall0 = time.perf_counter()
     run = kernels.run(name, params, len(components), workers, inputs.submit_s,
                       inputs.duration_s, inputs.predicted_s, inputs.tenant, inputs.weight,
-                      inputs.predicted_p50_s, inputs.predicted_p90_s)
+                      inputs.predicted_p50_s, inputs.predicted_p90_s, inputs.online)
     wall = time.perf_counter() - wall0
     end = run.start_s + np.asarray(inputs.duration_s, dtype=np.float64)
     d_t = run.start_s[run.task]
@@ -332,4 +345,5 @@ def simulate_arrays(
         decisions=decisions,
         wall_s=wall,
         engine=f"kernel:{name}",
+        predicted=run.predicted,
     )

@@ -80,7 +80,7 @@ def test_every_arrival_sees_the_history_of_what_had_finished_in_its_own_run(
     labels = run_labels(case, run_policy, tasks)
     assert isinstance(labels, OnlineLabels)
     labels.keep_rows = True
-    result = simulate(tasks, run_policy, case.workers, labels=labels)
+    result = simulate(tasks, run_policy, case.workers, labels=labels, engine="python")
     assert result.engine == "python"
     ours = np.array([labels.rows[i][labels.at:] for i in range(case.tasks)])
     ref = reference_history(case, np.frombuffer(result.end_s))
@@ -93,6 +93,48 @@ def test_every_arrival_sees_the_history_of_what_had_finished_in_its_own_run(
         assert tasks.predicted_s[i] == max(math.exp(forest.predict_row()), 1e-6)
 
 
+def predictive_kernels() -> list[str]:
+    """Every policy with a compiled kernel that ranks on predictions (not clairvoyant)."""
+    from desched.bench.online import LABEL_COLUMNS
+    from desched.kernels import KERNELS
+    from desched.policies import REGISTRY
+
+    return [name for name in KERNELS if set(REGISTRY[name].reads) & set(LABEL_COLUMNS)
+            and not REGISTRY[name].clairvoyant()]
+
+
+@pytest.mark.parametrize("which", ["case", "tied"])
+@pytest.mark.parametrize("policy", predictive_kernels())
+def test_a_kernel_run_predicts_and_decides_as_the_python_loop_bit_for_bit(
+        request: pytest.FixtureRequest, which: str, policy: str) -> None:
+    """The kernels' own history and forest calls (desched.kernels.source_online) against
+    ``OnlineLabels`` in the Python loop (checked above against ``with_history``)."""
+    case: jd.Case = request.getfixturevalue(which)
+    runs = {}
+    for engine in ("python", "kernel"):
+        tasks = case_table(case)
+        run_policy = make_policy(policy, tasks)
+        result = simulate(tasks, run_policy, case.workers,
+                          labels=run_labels(case, run_policy, tasks), engine=engine)
+        runs[engine] = result, tasks
+    (loop, loop_tasks), (kernel, kernel_tasks) = runs["python"], runs["kernel"]
+    assert kernel.engine == f"kernel:{policy}"
+    for column in ("predicted_s", "predicted_p50_s", "predicted_p90_s"):
+        assert np.array_equal(getattr(kernel_tasks, column), getattr(loop_tasks, column),
+                              equal_nan=True), column
+    assert loop_tasks.predicted_s != case.frame["predicted_s"].to_list()  # the run predicted
+    assert np.array_equal(np.frombuffer(kernel.start_s), np.frombuffer(loop.start_s))
+    assert kernel.worker == loop.worker
+    assert kernel.decisions.task == loop.decisions.task
+    assert np.array_equal(np.frombuffer(kernel.decisions.score),
+                          np.frombuffer(loop.decisions.score), equal_nan=True)
+
+
+def test_predictive_kernels_cover_the_families() -> None:
+    assert {"sjf-predicted", "hrrn-predicted", "guarded-sjf", "boost-predicted",
+            "boost-ledger", "fair-boost"} <= set(predictive_kernels())
+
+
 def test_a_run_predicts_differently_from_the_log_clock_and_from_the_seed_alone(
         case: jd.Case) -> None:
     tasks = case_table(case)
@@ -102,14 +144,15 @@ def test_a_run_predicts_differently_from_the_log_clock_and_from_the_seed_alone(
     assert tasks.predicted_s != seed_alone  # the run's history moved its predictions
 
 
+@pytest.mark.parametrize("engine", ["python", "kernel"])
 def test_durations_of_tasks_that_had_not_finished_never_reach_a_prediction(
-        case: jd.Case) -> None:
+        case: jd.Case, engine: str) -> None:
     """Noise in the durations of tasks still unfinished at an arrival changes nothing of
     that arrival's prediction: the run is replayed with the last tasks' durations changed,
     and every task submitted before the first changed task ended predicts the same."""
     tasks = case_table(case)
     policy = make_policy("hrrn-predicted", tasks)
-    simulate(tasks, policy, case.workers, labels=run_labels(case, policy, tasks))
+    simulate(tasks, policy, case.workers, labels=run_labels(case, policy, tasks), engine=engine)
     first = list(tasks.predicted_s)
     n = case.tasks
     cut = n - n // 4
@@ -120,7 +163,8 @@ def test_durations_of_tasks_that_had_not_finished_never_reach_a_prediction(
     # the first changed task cannot end before it is submitted: until then nothing differs
     horizon = min(poisoned.submit_s[cut:])
     policy2 = make_policy("hrrn-predicted", poisoned)
-    simulate(poisoned, policy2, case.workers, labels=run_labels(case, policy2, poisoned))
+    simulate(poisoned, policy2, case.workers, labels=run_labels(case, policy2, poisoned),
+             engine=engine)
     same = [i for i in range(n) if poisoned.submit_s[i] <= horizon]
     assert same and all(first[i] == poisoned.predicted_s[i] for i in same)
     assert any(first[i] != poisoned.predicted_s[i] for i in range(n))

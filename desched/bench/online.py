@@ -16,8 +16,11 @@ or running: predictions a running service could not make. Here each run makes it
   completion of this run that ended strictly before ``t`` (several at one instant in task
   order, as ``with_history`` takes them), then writes task ``i``'s ``predicted_s``,
   ``predicted_p50_s`` and ``predicted_p90_s`` into the run's task table before the policy sees
-  the task; ``complete(i, t)`` records a completion. The simulator calls both
-  (``desched.simulator.simulate``'s ``labels``), which runs it in the Python loop.
+  the task; ``complete(i, t)`` records a completion. The simulator's Python loop calls both
+  (``desched.simulator.simulate``'s ``labels``); a policy with a compiled kernel runs there
+  instead with the same rule in native code (``desched.kernels.source_online``: the history
+  in arrays, the forests called by address, state from ``kernel_state``), bit for bit the
+  Python loop's predictions and start times.
 
 The policy still reads only its task table's prediction columns; the durations the history
 uses are those of tasks that finished, as the service's completion records carry them.
@@ -27,6 +30,7 @@ over the run's own end times (an independent, vectorised computation).
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import math
 import tempfile
@@ -58,6 +62,10 @@ class OnlineModel:
     task_type: list[str] = field(repr=False)
     seed: list[tuple[str, str, float]] = field(default_factory=list, repr=False)
     """(tenant, task type, duration) of the tasks finished before the run, in end order."""
+    plans: dict[tuple[str, ...], KernelPlan] = field(default_factory=dict, repr=False,
+                                                     compare=False)
+    """The kernel's codes of the seed and the pairs, by the run's tenant names (computed once
+    per case and process: every run of a case has the same table)."""
 
     @classmethod
     def of(cls, result: Any, static: np.ndarray, task_type: list[str],
@@ -96,6 +104,31 @@ class OnlineModel:
         return out
 
 
+@dataclass(frozen=True)
+class KernelPlan:
+    """What ``kernel_state`` needs beyond the model, for one table's tenant codes: each task's
+    (tenant, task type) pair code, the seed's tenant and pair codes (-1 where the run has no
+    such tenant or pair) and durations."""
+
+    pairs: int
+    pair: np.ndarray
+    seed_tenant: np.ndarray
+    seed_pair: np.ndarray
+    seed_duration: np.ndarray
+
+    @classmethod
+    def of(cls, model: OnlineModel, tenant: list[int], tenant_names: list[str]) -> KernelPlan:
+        code: dict[tuple[int, str], int] = {}
+        pair = np.array([code.setdefault((k, ty), len(code))
+                         for k, ty in zip(tenant, model.task_type)], dtype=np.int64)
+        index = {name: k for k, name in enumerate(tenant_names)}
+        seed_tenant = np.array([index.get(s[0], -1) for s in model.seed], dtype=np.int64)
+        seed_pair = np.array([code.get((k, s[1]), -1) if k >= 0 else -1
+                              for k, s in zip(seed_tenant.tolist(), model.seed)], dtype=np.int64)
+        return cls(len(code), pair, seed_tenant, seed_pair,
+                   np.array([s[2] for s in model.seed], dtype=np.float64))
+
+
 class OnlineLabels:
     """One run's predictions (module docstring). Not reentrant: one simulation at a time."""
 
@@ -110,13 +143,70 @@ class OnlineLabels:
         self.task_type = model.task_type
         self.forests = model.forests(columns)
         self.columns = [getattr(tasks, c) for c, _, _ in self.forests]
-        self.history = TenantHistory(spec.history_window)
-        for tenant, task_type, duration in model.seed:
-            self.history.record(tenant, task_type, duration)
+        self.model = model
+        self.window = spec.history_window
+        self._history: TenantHistory | None = None
         self.pending: deque[tuple[float, int]] = deque()
         self.rows: dict[int, np.ndarray] = {}
         """Every feature row the run predicted from, by task (kept only when ``keep_rows``)."""
         self.keep_rows = False
+
+    @property
+    def history(self) -> TenantHistory:
+        """The tenant history, from the seed on (built at the first arrival the Python loop
+        predicts; a kernel run keeps its own)."""
+        if self._history is None:
+            self._history = TenantHistory(self.window)
+            for tenant, task_type, duration in self.model.seed:
+                self._history.record(tenant, task_type, duration)
+        return self._history
+
+    def kernel_state(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``ol``, ``of_`` and ``ost`` for a kernel run (``desched.kernels.source_online``'s
+        layout), the history at the seed; ``kernel_written`` takes the run's predictions."""
+        from desched.kernels import source_online as so
+
+        tasks = self.tasks
+        n = len(tasks)
+        nt = max(1, len(tasks.tenant_names))
+        key = tuple(tasks.tenant_names)
+        plan = self.model.plans.get(key)
+        if plan is None or plan.pair.size != n:
+            plan = self.model.plans[key] = KernelPlan.of(self.model, tasks.tenant,
+                                                         tasks.tenant_names)
+        w, npair, ns = self.window, max(1, plan.pairs), plan.seed_tenant.size
+        nf = self.static.shape[1]
+        ints = {"pair": n, "tcount": nt, "tpos": nt, "tdone": nt, "pcount": npair,
+                "ppos": npair, "heapi": n, "stenant": ns, "spair": ns}
+        floats = {"tring": nt * w, "pring": npair * w, "heapt": n, "sdur": ns, "row": nf,
+                  "out": 1}
+        at: dict[str, int] = {}
+        size = so.HEADER
+        for name, count in ints.items():
+            at[name], size = size, size + count
+        ol = np.zeros(size, dtype=np.int64)
+        size = 0
+        for name, count in floats.items():
+            at[name], size = size, size + count
+        of_ = np.zeros(size, dtype=np.float64)
+        for name in (*ints, *floats):
+            ol[getattr(so, f"H_{name.upper()}")] = at[name]
+        ol[so.H_ON], ol[so.H_NF], ol[so.H_AT], ol[so.H_W], ol[so.H_NS] = 1, nf, self.at, w, ns
+        for column, forest, log_target in self.forests:
+            m = LABEL_COLUMNS.index(column)
+            ol[so.H_FOREST + m] = ctypes.cast(forest.entry, ctypes.c_void_p).value or 0
+            ol[so.H_LOG + m] = int(log_target)
+        ol[at["pair"]:at["pair"] + n] = plan.pair
+        ol[at["stenant"]:at["stenant"] + ns] = plan.seed_tenant
+        ol[at["spair"]:at["spair"] + ns] = plan.seed_pair
+        of_[at["sdur"]:at["sdur"] + ns] = plan.seed_duration
+        return ol, of_, np.ascontiguousarray(self.static[:n]).ravel()
+
+    def kernel_written(self, predicted: dict[str, np.ndarray]) -> None:
+        """A kernel run's predictions, by ``LABEL_COLUMNS`` entry: those this run makes are
+        written into its task table, as ``arrive`` writes them."""
+        for column, _, _ in self.forests:
+            getattr(self.tasks, column)[:] = predicted[column].tolist()
 
     def complete(self, i: int, t: float) -> None:
         """Task ``i`` of this run finished at ``t`` (completions come in time order)."""

@@ -57,7 +57,7 @@ from desched.structures import exp2
 
 SOURCE = Path(__file__).with_name("source.py")
 SOURCES = (SOURCE, *(Path(__file__).with_name(f"source_{part}.py")
-                     for part in ("predicted", "boost", "lanes", "ledger")))
+                     for part in ("predicted", "boost", "lanes", "ledger", "online")))
 """The kernel source files, compiled as one module (their imports are left out)."""
 SHARED = (Path(exp2.__file__), ("series", "pow2", "exp2d", "expd"))
 """A module whose functions named here (with its constants) are compiled with the kernels:
@@ -261,6 +261,9 @@ class KernelRun:
     parts: npt.NDArray[np.float64]
     queue_len: npt.NDArray[np.int64]
     tenant_backlog: npt.NDArray[np.int64]
+    predicted: tuple[npt.NDArray[np.float64], ...] = ()
+    """``predicted_s``, ``predicted_p50_s``, ``predicted_p90_s`` as the run ended: with
+    ``online`` state, the predictions it made at each arrival."""
 
 
 def available(name: str) -> bool:
@@ -281,11 +284,15 @@ def run(
     weight: npt.NDArray[np.float64],
     predicted_p50: npt.NDArray[np.float64] | None = None,
     predicted_p90: npt.NDArray[np.float64] | None = None,
+    online: tuple[npt.NDArray[np.int64], npt.NDArray[np.float64],
+                  npt.NDArray[np.float64]] | None = None,
 ) -> KernelRun:
     """Simulate the tasks (arrays by position; ``tenant`` codes ``0..len(weight)-1``;
     quantile predictions NaN where absent, all absent by default) under policy ``name``
-    with ``params`` on ``workers`` workers. Precondition: ``available(name)``. Raises what
-    the policy object would have raised where ``math.fsum`` overflows (Boost's estimate)."""
+    with ``params`` on ``workers`` workers. ``online``: the state of predictions made at
+    each arrival (``desched.bench.online.OnlineLabels.kernel_state``; they overwrite the
+    prediction arrays). Precondition: ``available(name)``. Raises what the policy object
+    would have raised where ``math.fsum`` overflows (Boost's estimate)."""
     functions = compiled()
     assert functions is not None
     spec = KERNELS[name]
@@ -329,9 +336,13 @@ def run(
         sizes.update(spec.by_workers(n, nt, workers))
     state = [np.zeros(max(1, sizes.get(a, 1)), dtype=np.int64 if a[0] == "i" else np.float64)
              for a in STATE_ARRAYS]
+    if online is None:
+        online = (np.zeros(1, dtype=np.int64), np.zeros(1), np.zeros(1))
+    else:
+        predicted, p50, p90 = predicted.copy(), p50.copy(), p90.copy()
     arrays = [arrival, arrival_t, submit, duration, predicted, p50, p90, tenant, weight, ttask,
               tstart, prm, start, worker, d_task, d_score, d_parts, d_qlen, d_backlog, tq]
-    tail = [rend, rw, ri, idle, out, sc, sg, *state]
+    tail = [rend, rw, ri, idle, out, sc, sg, *state, *online]
     decided = functions[f"sim_{spec.prefix}"](
         n, workers, nt, *(a.ctypes.data for a in arrays), n_parts,
         *(a.ctypes.data for a in tail))
@@ -342,4 +353,4 @@ def run(
     if decided != n:
         raise RuntimeError(f"kernel {name}: {decided} decisions for {n} tasks")
     return KernelRun(start, worker, d_task, d_score, d_parts[: n * n_parts].reshape(n, n_parts),
-                     d_qlen, d_backlog)
+                     d_qlen, d_backlog, (predicted, p50, p90))

@@ -25,9 +25,8 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-import numpy.typing as npt
-
+from desched.kernels.arrays import F64, I64
+from desched.kernels.source_online import online_arrive, online_complete, online_init
 from desched.structures.exp2 import exp2d
 
 REBASE_HALF_LIVES = 64.0
@@ -39,8 +38,6 @@ largest decayed service (``ifs_decayed_max``)."""
 TINY = 1.499696813895631e-241
 """2^-800: under it the reference's error bounds are not relied on."""
 
-I64 = npt.NDArray[np.int64]
-F64 = npt.NDArray[np.float64]
 
 UNITS_PER_S = 1000  # guarded-sjf's work unit (desched.policies.guarded_sjf)
 
@@ -236,13 +233,17 @@ def sim_template(n: int, workers: int, nt: int, arrival: I64, arrival_t: F64, su
                  rend: F64, rw: I64, ri: I64, idle: I64, out: F64, sc: I64,
                  sg: F64, ia: I64, ib: I64, ic: I64, id_: I64, ie: I64, if_: I64, ig: I64,
                  ih: I64, fa: F64, fb: F64, fc: F64, fd: F64, fe: F64, ff: F64,
-                 fg: F64) -> int:
+                 fg: F64, ol: I64, of_: F64, ost: F64) -> int:
     """Run the ``n`` tasks on ``workers`` workers; returns the number of decisions (``n``
     unless the policy lost a task). At each instant: completions at ``t`` (in (end,
     worker) order) free their workers and reach the policy, arrivals at ``t`` join in
     trace order, then the lowest idle worker polls while the queue is not empty. Each
     decision records the queue length and the winner's tenant backlog before its pop
-    (``tq``: queued tasks per tenant)."""
+    (``tq``: queued tasks per tenant). Where ``ol[0]`` is 1 each arrival's predictions are
+    made before the policy sees it (``desched.kernels.source_online``)."""
+    online = ol[0] == 1
+    if online:
+        online_init(ol, of_)
     policy_init(n)
     for w in range(workers):
         idle[w] = w
@@ -266,10 +267,14 @@ def sim_template(n: int, workers: int, nt: int, arrival: I64, arrival_t: F64, su
             rsize = run_pop(rend, rw, ri, rsize)
             isize = int_push(idle, isize, w)
             policy_complete(i, t)
+            if online:
+                online_complete(i, t, ol, of_)
         while next_submit == t:
             i = arrival[na]
             na += 1
             next_submit = arrival_t[na]
+            if online:
+                online_arrive(i, t, tenant, duration, pred, p50, p90, ol, of_, ost)
             policy_push(i, t)
             tq[tenant[i]] += 1
             queued += 1

@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import math
 
+from desched.kernels.arrays import F64, I64
 from desched.kernels.source import (
-    F64,
-    I64,
     isnan,
     log1p,
     sqrt,
@@ -126,29 +125,32 @@ def fsum(vals: F64, count: int, p: F64, base: int, sc: I64) -> float:
 # the estimator ------------------------------------------------------------------------------
 
 
-def est_init(n: int, pred: F64, p50: F64, p90: F64, sc: I64, fe: F64) -> None:
-    """Every task's label (``shifted_exponential``) and an empty estimate."""
-    for i in range(n):
-        p = pred[i]
-        q50 = p50[i]
-        q90 = p90[i]
-        median = q50 if q50 > 0.0 and finite(q50) else p
-        c = 0.0
-        theta = p
-        if finite(q90):
-            if q90 <= median:
-                c = median
-                theta = 0.0
-            else:
-                theta = (q90 - median) / LN5
-                c = median - theta * LN2
-                if c < 0.0:
-                    c = 0.0
-                    theta = q90 / LN10
-        fe[i] = c
-        fe[n + i] = theta
+def est_init(sc: I64) -> None:
+    """An empty estimate."""
     for j in range(8, 15):
         sc[j] = 0
+
+
+def est_label(i: int, n: int, pred: F64, p50: F64, p90: F64, fe: F64) -> None:
+    """Task ``i``'s label (``shifted_exponential``), from its predictions as it arrives."""
+    p = pred[i]
+    q50 = p50[i]
+    q90 = p90[i]
+    median = q50 if q50 > 0.0 and finite(q50) else p
+    c = 0.0
+    theta = p
+    if finite(q90):
+        if q90 <= median:
+            c = median
+            theta = 0.0
+        else:
+            theta = (q90 - median) / LN5
+            c = median - theta * LN2
+            if c < 0.0:
+                c = 0.0
+                theta = q90 / LN10
+    fe[i] = c
+    fe[n + i] = theta
 
 
 def est_boost(i: int, n: int, prm: F64, sc: I64, sg: F64, fe: F64) -> float:
@@ -274,16 +276,17 @@ def est_dispatched(i: int, n: int, submit: F64, prm: F64, sc: I64, sg: F64, fd: 
 # queued (entries of tasks that left are dropped at the tops); fc[i] the boost --------------
 
 
-def boost_init(n: int, pred: F64, p50: F64, p90: F64, sc: I64, ic: I64, fe: F64) -> None:
-    est_init(n, pred, p50, p90, sc, fe)
+def boost_init(n: int, sc: I64, ic: I64) -> None:
+    est_init(sc)
     sc[1] = 0
     sc[2] = 0
     for i in range(n):
         ic[i] = 0
 
 
-def boost_push(i: int, t: float, n: int, submit: F64, prm: F64, sc: I64, sg: F64, ia: I64,
-               ic: I64, fa: F64, fb: F64, fc: F64, fe: F64) -> None:
+def boost_push(i: int, t: float, n: int, submit: F64, pred: F64, p50: F64, p90: F64, prm: F64,
+               sc: I64, sg: F64, ia: I64, ic: I64, fa: F64, fb: F64, fc: F64, fe: F64) -> None:
+    est_label(i, n, pred, p50, p90, fe)
     s = submit[i]
     b = est_boost(i, n, prm, sc, sg, fe)
     sympathy = prm[4]
@@ -318,15 +321,15 @@ def boost_complete(i: int, t: float, sc: I64) -> None:
 # the predicted charge corrected at completion -----------------------------------------------
 
 
-def fboost_init(n: int, nt: int, pred: F64, p50: F64, p90: F64, sc: I64, ib: I64, id_: I64,
-                fc: F64, fe: F64) -> None:
-    est_init(n, pred, p50, p90, sc, fe)
+def fboost_init(n: int, nt: int, sc: I64, ib: I64, id_: I64, fc: F64) -> None:
+    est_init(sc)
     vtc_init(n, nt, sc, ib, id_, fc)
 
 
-def fboost_push(i: int, t: float, n: int, tenant: I64, submit: F64, tstart: I64, prm: F64,
-                sc: I64, sg: F64, ia: I64, ib: I64, ic: I64, id_: I64, fa: F64, fb: F64,
-                fc: F64, fe: F64) -> None:
+def fboost_push(i: int, t: float, n: int, tenant: I64, submit: F64, pred: F64, p50: F64,
+                p90: F64, tstart: I64, prm: F64, sc: I64, sg: F64, ia: I64, ib: I64, ic: I64,
+                id_: I64, fa: F64, fb: F64, fc: F64, fe: F64) -> None:
+    est_label(i, n, pred, p50, p90, fe)
     first = submit[i] - est_boost(i, n, prm, sc, sg, fe)
     vtc_enqueue(i, first, tenant, submit, tstart, sc, ia, ib, ic, id_, fa, fb, fc)
 

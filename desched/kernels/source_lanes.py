@@ -16,24 +16,23 @@ from __future__ import annotations
 
 import math
 
-from desched.kernels.source import F64, I64
+from desched.kernels.arrays import F64, I64
 from desched.kernels.source_boost import boost_init, boost_pop, boost_push, est_dispatched
 
 __all__ = ["F64", "I64", "math"]
 
 
-def lanes_init(n: int, pred: F64, p50: F64, p90: F64, sc: I64, ib: I64, ic: I64,
-               fe: F64) -> None:
-    boost_init(n, pred, p50, p90, sc, ic, fe)
+def lanes_init(n: int, sc: I64, ib: I64, ic: I64) -> None:
+    boost_init(n, sc, ic)
     sc[3] = 0
     sc[4] = 0
     for i in range(n):
         ib[i] = 0
 
 
-def lanes_push(i: int, t: float, n: int, submit: F64, prm: F64, sc: I64, sg: F64, ia: I64,
-               ic: I64, fa: F64, fb: F64, fc: F64, fe: F64) -> None:
-    boost_push(i, t, n, submit, prm, sc, sg, ia, ic, fa, fb, fc, fe)
+def lanes_push(i: int, t: float, n: int, submit: F64, pred: F64, p50: F64, p90: F64, prm: F64,
+               sc: I64, sg: F64, ia: I64, ic: I64, fa: F64, fb: F64, fc: F64, fe: F64) -> None:
+    boost_push(i, t, n, submit, pred, p50, p90, prm, sc, sg, ia, ic, fa, fb, fc, fe)
 
 
 def lanes_pop(t: float, n: int, arrival: I64, submit: F64, prm: F64, sc: I64, sg: F64,

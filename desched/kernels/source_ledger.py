@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import math
 
-from desched.kernels.source import F64, I64
+from desched.kernels.arrays import F64, I64
 from desched.kernels.source_boost import boost_pop, est_dispatched
 from desched.kernels.source_lanes import lanes_complete, lanes_init, lanes_push
 
@@ -69,9 +69,9 @@ ENDED = 4611686018427387904
 """2^62: the period number of a tenant without a queued task (larger than any period's)."""
 
 
-def ledger_init(n: int, nt: int, workers: int, tstart: I64, pred: F64, p50: F64, p90: F64,
-                sc: I64, ib: I64, ic: I64, id_: I64, ie: I64, fe: F64) -> None:
-    lanes_init(n, pred, p50, p90, sc, ib, ic, fe)
+def ledger_init(n: int, nt: int, workers: int, tstart: I64, sc: I64, ib: I64, ic: I64,
+                id_: I64, ie: I64) -> None:
+    lanes_init(n, sc, ib, ic)
     sc[5] = 0
     sc[6] = 0
     sc[7] = workers
@@ -114,12 +114,12 @@ def ledger_raise(k: int, led: float, t: float, w: int, alpha: float, nt: int, sc
         ledger_flag(k, nt, sc, id_)
 
 
-def ledger_push(i: int, t: float, n: int, nt: int, tenant: I64, submit: F64, prm: F64,
-                ttask: I64, sc: I64, sg: F64, ia: I64, ic: I64, id_: I64, fa: F64, fb: F64,
-                fc: F64, fe: F64, fg: F64) -> None:
+def ledger_push(i: int, t: float, n: int, nt: int, tenant: I64, submit: F64, pred: F64,
+                p50: F64, p90: F64, prm: F64, ttask: I64, sc: I64, sg: F64, ia: I64, ic: I64,
+                id_: I64, fa: F64, fb: F64, fc: F64, fe: F64, fg: F64) -> None:
     """``boost-lanes``' push; a tenant without a queued task starts a backlog period, with
     task ``i`` (the newest queued task) as its head at the end of the order."""
-    lanes_push(i, t, n, submit, prm, sc, sg, ia, ic, fa, fb, fc, fe)
+    lanes_push(i, t, n, submit, pred, p50, p90, prm, sc, sg, ia, ic, fa, fb, fc, fe)
     k = tenant[i]
     if id_[k] == 0:
         fg[2 * k] = 0.0

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import math
 
+from desched.kernels.arrays import F64, I64
 from desched.kernels.source import (
-    F64,
-    I64,
     by_backlog_down,
     by_backlog_up,
     key_less,

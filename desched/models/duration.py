@@ -102,6 +102,9 @@ class CompiledForest:
         self._model = model  # keeps the execution engine (and the code) alive
         self.n_features: int = model.num_feature()
         self._entry: Callable[..., None] = model._c_entry_func
+        self.entry = self._entry
+        """lleaves' C entry point, ``forest_root(double *x, double *out, int32 start, int32
+        end)`` (a ctypes function: its address is what a compiled kernel calls)."""
         self.row = np.zeros(self.n_features, dtype=np.float64)
         self._out = np.zeros(1, dtype=np.float64)
         self._row_p = self.row.ctypes.data_as(_DOUBLE_P)

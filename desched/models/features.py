@@ -225,9 +225,18 @@ class TenantHistory:
             return None
         last2 = (recent[-2] + recent[-1]) / 2 if len(recent) > 1 else recent[-1]
         by_type = self.recent_type.get((tenant, task_type))
-        return (sum(recent) / len(recent), last2,
-                sum(by_type) / len(by_type) if by_type else math.nan,
+        return (_total(recent) / len(recent), last2,
+                _total(by_type) / len(by_type) if by_type else math.nan,
                 float(self.done[tenant]))
+
+
+def _total(values: deque[float]) -> float:
+    """The sum from 0.0, oldest first, one rounding per add (``sum`` of floats compensates
+    from Python 3.12 on; the compiled kernels add plainly, desched.kernels.source_online)."""
+    total = 0.0
+    for v in values:
+        total += v
+    return total
 
 
 def feature_matrix(frame: pl.DataFrame, spec: FeatureSpec) -> np.ndarray:

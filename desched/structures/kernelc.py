@@ -23,7 +23,9 @@ CPython itself; this module translates them to LLVM IR and compiles them with ll
   ``sqrt`` (IEEE's correctly rounded square root, as ``math.sqrt``) and
   ``call_f64_loop(address, x, out, n)`` (a numpy ufunc inner loop over ``n`` doubles, so
   that a kernel computes ``np.exp2`` or ``np.exp`` with numpy's own bits, which are not
-  always the C library's).
+  always the C library's) and ``call_forest(address, x, at, out, at_out)`` (a forest compiled
+  by lleaves, ``void forest_root(double *x, double *out, int32 start, int32 end)``, on the
+  one row ``x[at:]``, its raw output written to ``out[at_out]``).
 
 No fast-math flag is ever set, so LLVM neither reorders nor fuses float operations: every
 double a kernel computes is the one CPython computes from the same source. Compiled machine
@@ -46,7 +48,7 @@ from typing import Any
 
 ARRAY_TYPES = {"I64": "i64", "F64": "f64"}
 BUILTINS = frozenset({"float", "int", "bool", "round", "min", "max", "isnan", "nextafter",
-                      "exp", "log1p", "sqrt", "call_f64_loop"})
+                      "exp", "log1p", "sqrt", "call_f64_loop", "call_forest"})
 """Names the compiler translates itself; a module may define them for CPython (skipped)."""
 SCALAR_TYPES = {"int": "i64", "float": "f64", "bool": "bool", "None": "void"}
 
@@ -524,6 +526,8 @@ class _Function:
             return b.call(self.mod.externals[name], [self.coerce(v, t, "f64", node)]), "f64"
         if name == "call_f64_loop":
             return self.call_loop(node, args)
+        if name == "call_forest":
+            return self.call_forest(node, args)
         if name not in self.mod.functions:
             raise self.err(node, f"unknown function {name!r}")
         sig = self.mod.signatures[name]
@@ -531,6 +535,21 @@ class _Function:
             raise self.err(node, f"{name} takes {len(sig.params)} arguments")
         values = [self.coerce(v, t, want, node) for (v, t), (_, want) in zip(args, sig.params)]
         return b.call(self.mod.functions[name], values), sig.ret
+
+    def call_forest(self, node: ast.Call, args: list[tuple[Any, str]]) -> tuple[Any, str]:
+        """``call_forest(address, x, at, out, at_out)``: lleaves' entry point on one row."""
+        ir, b, types = self.ir, self.b, self.mod.types
+        if [t for _, t in args] != ["i64", "*f64", "i64", "*f64", "i64"]:
+            raise self.err(node, "call_forest(address: int, x: F64, at: int, out: F64, "
+                                 "at_out: int)")
+        (addr, _), (x, _), (at, _), (out, _), (at_out, _) = args
+        f64p = types["f64"].as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [f64p, f64p, i32, i32])
+        fn = b.inttoptr(addr, fnty.as_pointer())
+        b.call(fn, [b.gep(x, [at]), b.gep(out, [at_out]), ir.Constant(i32, 0),
+                    ir.Constant(i32, 1)])
+        return ir.Constant(types["i64"], 0), "i64"
 
     def call_loop(self, node: ast.Call, args: list[tuple[Any, str]]) -> tuple[Any, str]:
         """``call_f64_loop(address, x, out, n)``: a numpy ufunc loop ``void(char **args,
