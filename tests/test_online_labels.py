@@ -130,6 +130,46 @@ def test_a_kernel_run_predicts_and_decides_as_the_python_loop_bit_for_bit(
                           np.frombuffer(loop.decisions.score), equal_nan=True)
 
 
+def test_the_memo_of_a_case_gives_each_run_the_predictions_a_forest_call_would(
+        tied: jd.Case) -> None:
+    """Runs of several policies one after another fill the case's memo (predictions by task
+    and history values, desched.kernels.source_online); each run then predicts and decides as
+    the Python loop and as a kernel run without the memo, and a run repeated finds every
+    prediction there (no entry added)."""
+    from desched.bench.online import MEMO_SLOTS
+
+    assert tied.online is not None
+    tied.online.plans.clear()
+    for policy in ("boost-ledger", "sjf-predicted", "fair-boost", "hrrn-predicted",
+                   "boost-predicted", "guarded-sjf"):
+        runs = {}
+        for engine, memo in (("python", False), ("kernel", False), ("kernel", True)):
+            tasks = case_table(tied)
+            run_policy = make_policy(policy, tasks)
+            labels = run_labels(tied, run_policy, tasks)
+            labels.memo = memo
+            result = simulate(tasks, run_policy, tied.workers, labels=labels, engine=engine)
+            runs[engine, memo] = (np.frombuffer(result.start_s),
+                                  [list(getattr(tasks, c)) for c in
+                                   ("predicted_s", "predicted_p50_s", "predicted_p90_s")])
+        loop = runs["python", False]
+        for key in (("kernel", False), ("kernel", True)):
+            assert np.array_equal(runs[key][0], loop[0]), (policy, key)
+            for ours, ref in zip(runs[key][1], loop[1]):
+                assert np.array_equal(ours, ref, equal_nan=True), (policy, key)
+    (plan,) = tied.online.plans.values()
+    n = tied.tasks
+    _, _, at_count = plan.memo_offsets(n, tied.online.static.shape[1])
+    made = plan.memo[at_count:at_count + n].copy()
+    assert made.max() > 1  # runs saw different histories for some tasks
+    assert made.min() >= 1
+    tasks = case_table(tied)
+    again = make_policy("guarded-sjf", tasks)  # the last run, repeated: every entry found
+    simulate(tasks, again, tied.workers, labels=run_labels(tied, again, tasks))
+    assert np.array_equal(plan.memo[at_count:at_count + n], made)
+    assert MEMO_SLOTS >= 1
+
+
 def test_predictive_kernels_cover_the_families() -> None:
     assert {"sjf-predicted", "hrrn-predicted", "guarded-sjf", "boost-predicted",
             "boost-ledger", "fair-boost"} <= set(predictive_kernels())
@@ -192,3 +232,33 @@ def test_a_cached_case_predicts_as_the_case_it_was_written_from(
     cached = jd.verdict_of(again, "boost-ledger")
     assert fresh.criteria["gain"].value == cached.criteria["gain"].value
     assert not math.isnan(fresh.criteria["gain"].value or math.nan)
+
+
+@pytest.mark.parametrize("changed", range(4))
+def test_a_memo_entry_is_found_only_for_the_same_four_history_values(changed: int) -> None:
+    """``memo_slot`` (run by CPython on its own source): any one value different, a new
+    entry; NaN matches NaN; with every slot made the oldest is replaced."""
+    from desched.kernels import source_online as so
+
+    slots, n = 2, 3
+    ol = np.zeros(so.HEADER, dtype=np.int64)
+    ol[so.H_SLOTS], ol[so.H_MKEY] = slots, 0
+    ol[so.H_MVAL] = n * slots * 4
+    ol[so.H_MFILL] = ol[so.H_MVAL] + n * slots * 3
+    ost = np.zeros(int(ol[so.H_MFILL]) + n)
+    history = np.array([5.0, 4.0, math.nan, 7.0])
+    first = so.memo_slot(1, 0, ol, history.copy(), ost)
+    assert first == 1 * slots and so.memo_slot(1, 0, ol, history.copy(), ost) == first
+    assert np.isnan(ost[ol[so.H_MVAL] + 3 * first:ol[so.H_MVAL] + 3 * first + 3]).all()
+    other = history.copy()
+    other[changed] = 9.0
+    second = so.memo_slot(1, 0, ol, other, ost)
+    assert second == first + 1
+    assert so.memo_slot(1, 0, ol, history.copy(), ost) == first  # both kept
+    third = history.copy()
+    third[changed] = 11.0
+    assert so.memo_slot(1, 0, ol, third, ost) == first  # the oldest replaced
+    assert so.memo_slot(1, 0, ol, other, ost) == second
+    assert so.memo_slot(0, 0, ol, history.copy(), ost) == 0  # another task, its own entries
+    ol[so.H_SLOTS] = 0
+    assert so.memo_slot(1, 0, ol, history.copy(), ost) == -1

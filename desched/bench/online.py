@@ -45,6 +45,9 @@ from desched.models.features import HISTORY, FeatureSpec, TenantHistory
 from desched.trace import MIN_PREDICTION_S, TaskTable
 
 LABEL_COLUMNS: tuple[str, ...] = ("predicted_s", "predicted_p50_s", "predicted_p90_s")
+MEMO_SLOTS = 4
+"""Predictions a kernel run keeps per task for the next runs of the case, by history values
+(``desched.kernels.source_online``)."""
 _FORESTS: dict[str, Any] = {}
 """Compiled forests of this process by the digest of their text (a run compiles none twice)."""
 
@@ -115,6 +118,15 @@ class KernelPlan:
     seed_tenant: np.ndarray
     seed_pair: np.ndarray
     seed_duration: np.ndarray
+    memo: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
+    """The kernel's ``ost``: the static rows, then the memo of predictions by task and history
+    values (``desched.kernels.source_online``), kept from run to run of the case."""
+
+    def memo_offsets(self, n: int, nf: int) -> tuple[int, int, int]:
+        """Where the memo's history values, predictions and entry counts start in ``memo``."""
+        key = n * nf
+        value = key + n * MEMO_SLOTS * 4
+        return key, value, value + n * MEMO_SLOTS * 3
 
     @classmethod
     def of(cls, model: OnlineModel, tenant: list[int], tenant_names: list[str]) -> KernelPlan:
@@ -125,8 +137,11 @@ class KernelPlan:
         seed_tenant = np.array([index.get(s[0], -1) for s in model.seed], dtype=np.int64)
         seed_pair = np.array([code.get((k, s[1]), -1) if k >= 0 else -1
                               for k, s in zip(seed_tenant.tolist(), model.seed)], dtype=np.int64)
+        n, nf = model.static.shape
+        memo = np.zeros(n * nf + n * MEMO_SLOTS * 7 + n, dtype=np.float64)
+        memo[:n * nf] = model.static.ravel()
         return cls(len(code), pair, seed_tenant, seed_pair,
-                   np.array([s[2] for s in model.seed], dtype=np.float64))
+                   np.array([s[2] for s in model.seed], dtype=np.float64), memo)
 
 
 class OnlineLabels:
@@ -150,6 +165,8 @@ class OnlineLabels:
         self.rows: dict[int, np.ndarray] = {}
         """Every feature row the run predicted from, by task (kept only when ``keep_rows``)."""
         self.keep_rows = False
+        self.memo = True
+        """Whether a kernel run uses (and fills) the case's memo of predictions."""
 
     @property
     def history(self) -> TenantHistory:
@@ -171,7 +188,7 @@ class OnlineLabels:
         nt = max(1, len(tasks.tenant_names))
         key = tuple(tasks.tenant_names)
         plan = self.model.plans.get(key)
-        if plan is None or plan.pair.size != n:
+        if plan is None or plan.pair.size != n or self.static.shape[0] != n:
             plan = self.model.plans[key] = KernelPlan.of(self.model, tasks.tenant,
                                                          tasks.tenant_names)
         w, npair, ns = self.window, max(1, plan.pairs), plan.seed_tenant.size
@@ -192,6 +209,8 @@ class OnlineLabels:
         for name in (*ints, *floats):
             ol[getattr(so, f"H_{name.upper()}")] = at[name]
         ol[so.H_ON], ol[so.H_NF], ol[so.H_AT], ol[so.H_W], ol[so.H_NS] = 1, nf, self.at, w, ns
+        ol[so.H_SLOTS] = MEMO_SLOTS if self.memo else 0
+        ol[so.H_MKEY], ol[so.H_MVAL], ol[so.H_MFILL] = plan.memo_offsets(n, nf)
         for column, forest, log_target in self.forests:
             m = LABEL_COLUMNS.index(column)
             ol[so.H_FOREST + m] = ctypes.cast(forest.entry, ctypes.c_void_p).value or 0
@@ -200,7 +219,7 @@ class OnlineLabels:
         ol[at["stenant"]:at["stenant"] + ns] = plan.seed_tenant
         ol[at["spair"]:at["spair"] + ns] = plan.seed_pair
         of_[at["sdur"]:at["sdur"] + ns] = plan.seed_duration
-        return ol, of_, np.ascontiguousarray(self.static[:n]).ravel()
+        return ol, of_, plan.memo
 
     def kernel_written(self, predicted: dict[str, np.ndarray]) -> None:
         """A kernel run's predictions, by ``LABEL_COLUMNS`` entry: those this run makes are

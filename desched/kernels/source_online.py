@@ -16,6 +16,14 @@ forest addresses, and the offsets of the regions) and the regions themselves:
 - the completions not yet applied, a heap by (end, task) (``ol`` the tasks, ``of_`` the
   ends), the row being predicted and the forest's output cell.
 
+``ost`` outlives the run: one per case and table (``desched.bench.online.KernelPlan``), it
+holds the static rows and a memo of the predictions by task and history values (``H_SLOTS``
+per task, the 4 values and the 3 predictions, NaN where not made yet, then each task's count
+of entries made). A forest is a pure function of its row, so a prediction found there has
+the bits a forest call would give; the runs of one case (policies, parameter grids, tuners'
+trials) see the same histories often, and a single row's walk through a forest of hundreds
+of trees costs far more than a look-up (its code does not stay in the cache).
+
 The float operations are those of ``TenantHistory.values`` and ``OnlineLabels.arrive``,
 operand for operand (a sum from 0.0 in ring order, ``/ count``, ``/ 2``, ``exp`` of a log
 target, ``max`` with ``MIN_PREDICTION_S``): tests/test_online_labels.py checks the kernel's
@@ -52,12 +60,20 @@ H_HEAPT = 23
 H_SDUR = 24
 H_ROW = 25
 H_OUT = 26
+H_SLOTS = 27  # memo entries per task in ost (0: no memo)
+H_MKEY = 28  # ost offsets: the memo's history values, predictions, entry counts
+H_MVAL = 29
+H_MFILL = 30
 HEADER = 32
 MIN_PREDICTION_S = 1e-6  # desched.trace.MIN_PREDICTION_S
 
 
 def exp(x: float) -> float:
     return math.exp(x)
+
+
+def isnan(x: float) -> bool:
+    return math.isnan(x)
 
 
 def call_forest(address: int, x: F64, at: int, out: F64, at_out: int) -> int:
@@ -199,17 +215,51 @@ def online_arrive(i: int, t: float, tenant: I64, duration: F64, pred: F64, p50: 
         of_[at + 2] = ring_mean(ol, of_, ol[H_PCOUNT], ol[H_PPOS], ol[H_PRING], w,
                                 ol[pair + i])
         of_[at + 3] = float(ol[ol[H_TDONE] + k])
+    slot = memo_slot(i, row + ol[H_AT], ol, of_, ost)
     out = ol[H_OUT]
     for m in range(3):
         address = ol[H_FOREST + m]
         if address != 0:
-            call_forest(address, of_, row, of_, out)
-            raw = of_[out]
-            v = exp(raw) if ol[H_LOG + m] == 1 else raw
-            v = max(v, MIN_PREDICTION_S)
+            v = math.nan if slot < 0 else ost[ol[H_MVAL] + 3 * slot + m]
+            if isnan(v):
+                call_forest(address, of_, row, of_, out)
+                raw = of_[out]
+                v = exp(raw) if ol[H_LOG + m] == 1 else raw
+                v = max(v, MIN_PREDICTION_S)
+                if slot >= 0:
+                    ost[ol[H_MVAL] + 3 * slot + m] = v
             if m == 0:
                 pred[i] = v
             elif m == 1:
                 p50[i] = v
             else:
                 p90[i] = v
+
+
+def same(a: float, b: float) -> bool:
+    """Equal, NaN equal to NaN."""
+    return a == b or (isnan(a) and isnan(b))
+
+
+def memo_slot(i: int, at: int, ol: I64, of_: F64, ost: F64) -> int:
+    """Task ``i``'s memo entry for the history values at ``of_[at:at + 4]``: the one made
+    for them, else a new one (the oldest replaced once ``H_SLOTS`` are made); -1 without a
+    memo."""
+    slots = ol[H_SLOTS]
+    if slots == 0:
+        return -1
+    made = int(ost[ol[H_MFILL] + i])
+    base = i * slots
+    for s in range(min(made, slots)):
+        key = ol[H_MKEY] + 4 * (base + s)
+        if (same(ost[key], of_[at]) and same(ost[key + 1], of_[at + 1])
+                and same(ost[key + 2], of_[at + 2]) and same(ost[key + 3], of_[at + 3])):
+            return base + s
+    slot = base + made % slots
+    ost[ol[H_MFILL] + i] = float(made + 1)
+    key = ol[H_MKEY] + 4 * slot
+    for j in range(4):
+        ost[key + j] = of_[at + j]
+    for m in range(3):
+        ost[ol[H_MVAL] + 3 * slot + m] = math.nan
+    return slot
