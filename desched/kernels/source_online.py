@@ -254,7 +254,7 @@ def memo_slot(i: int, at: int, ol: I64, of_: F64, ost: F64) -> int:
         key = ol[H_MKEY] + 4 * (base + s)
         if (same(ost[key], of_[at]) and same(ost[key + 1], of_[at + 1])
                 and same(ost[key + 2], of_[at + 2]) and same(ost[key + 3], of_[at + 3])):
-            return base + s
+            return int(base + s)
     slot = base + made % slots
     ost[ol[H_MFILL] + i] = float(made + 1)
     key = ol[H_MKEY] + 4 * slot
@@ -262,4 +262,4 @@ def memo_slot(i: int, at: int, ol: I64, of_: F64, ost: F64) -> int:
         ost[key + j] = of_[at + j]
     for m in range(3):
         ost[ol[H_MVAL] + 3 * slot + m] = math.nan
-    return slot
+    return int(slot)
