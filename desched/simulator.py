@@ -149,6 +149,7 @@ def simulate(
         raise DeschedError(f"workers must be >= 1, got {workers}")
     if len(policy) != 0:
         raise DeschedError("the policy must start with an empty queue")
+    _check_times(tasks)
     name = kernel_for(policy, gate, engine)
     state = getattr(labels, "kernel_state", None)
     if labels is not None and state is None:
@@ -279,6 +280,20 @@ def simulate(
         decisions=decisions,
         wall_s=time.perf_counter() - wall0,
     )
+
+
+def _check_times(tasks: TaskTable) -> None:
+    """Refuse a table a run cannot end on: a submission time or duration that is not finite,
+    or a negative duration (a trace read by ``desched.trace`` never has one; a table built by
+    hand may, and the event loop would then never end, or the kernel read past its heap)."""
+    submit = np.asarray(tasks.submit_s, dtype=np.float64)
+    duration = np.asarray(tasks.duration_s, dtype=np.float64)
+    bad = ~np.isfinite(submit) | ~np.isfinite(duration) | (duration < 0.0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise DeschedError(f"task {tasks.task_id[i]!r} (position {i}): submit_s "
+                           f"{submit[i]!r}, duration_s {duration[i]!r}; both must be finite and "
+                           "the duration not negative")
 
 
 def kernel_for(policy: Policy, gate: Gate | None, engine: Engine = "auto") -> str | None:

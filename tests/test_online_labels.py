@@ -136,10 +136,10 @@ def test_the_memo_of_a_case_gives_each_run_the_predictions_a_forest_call_would(
     and history values, desched.kernels.source_online); each run then predicts and decides as
     the Python loop and as a kernel run without the memo, and a run repeated finds every
     prediction there (no entry added)."""
-    from desched.bench.online import MEMO_SLOTS
+    from desched.bench.online import MEMO_SLOTS, PLANS, kernel_plan
 
     assert tied.online is not None
-    tied.online.plans.clear()
+    PLANS.clear()
     for policy in ("boost-ledger", "sjf-predicted", "fair-boost", "hrrn-predicted",
                    "boost-predicted", "guarded-sjf"):
         runs = {}
@@ -157,9 +157,10 @@ def test_the_memo_of_a_case_gives_each_run_the_predictions_a_forest_call_would(
             assert np.array_equal(runs[key][0], loop[0]), (policy, key)
             for ours, ref in zip(runs[key][1], loop[1]):
                 assert np.array_equal(ours, ref, equal_nan=True), (policy, key)
-    (plan,) = tied.online.plans.values()
+    (plan,) = PLANS.values()
+    assert kernel_plan(tied.online, case_table(tied)) is plan
     n = tied.tasks
-    _, _, at_count = plan.memo_offsets(n, tied.online.static.shape[1])
+    _, _, at_count = plan.memo_offsets(tied.online.static.shape[1])
     made = plan.memo[at_count:at_count + n].copy()
     assert made.max() > 1  # runs saw different histories for some tasks
     assert made.min() >= 1
@@ -168,6 +169,24 @@ def test_the_memo_of_a_case_gives_each_run_the_predictions_a_forest_call_would(
     simulate(tasks, again, tied.workers, labels=run_labels(tied, again, tasks))
     assert np.array_equal(plan.memo[at_count:at_count + n], made)
     assert MEMO_SLOTS >= 1
+
+
+def test_the_memo_outlives_a_copy_of_the_case_as_the_judge_pool_ships_it(
+        case: jd.Case) -> None:
+    """A case pickled and read again (a pool call) finds this process's plan and memo; a
+    table with other tenants gets its own."""
+    import pickle
+
+    from desched.bench.online import kernel_plan
+
+    assert case.online is not None
+    tasks = case_table(case)
+    plan = kernel_plan(case.online, tasks)
+    copy = pickle.loads(pickle.dumps(case))
+    assert kernel_plan(copy.online, case_table(copy)) is plan
+    other = case_table(case)
+    other.tenant[0] = (other.tenant[0] + 1) % len(other.tenant_names)
+    assert kernel_plan(case.online, other) is not plan
 
 
 def test_predictive_kernels_cover_the_families() -> None:
@@ -262,3 +281,39 @@ def test_a_memo_entry_is_found_only_for_the_same_four_history_values(changed: in
     assert so.memo_slot(0, 0, ol, history.copy(), ost) == 0  # another task, its own entries
     ol[so.H_SLOTS] = 0
     assert so.memo_slot(1, 0, ol, history.copy(), ost) == -1
+
+
+@pytest.mark.parametrize("change", ["tenants permuted", "last tasks cut"])
+def test_a_table_other_than_the_case_frame_gets_its_own_plan_and_agrees(
+        tied: jd.Case, change: str) -> None:
+    """A run on a table with the case's tenant names but other tenants per task (a QA
+    reproducer: the plan was once kept by the names alone), or on its first tasks only,
+    predicts and starts as the Python loop, after a run on the case's own table."""
+    def run(table: object, engine: str) -> tuple[list[float], np.ndarray]:
+        tasks = table.copy()  # type: ignore[attr-defined]
+        policy = make_policy("sjf-predicted", tasks)
+        result = simulate(tasks, policy, tied.workers, labels=run_labels(tied, policy, tasks),
+                          engine=engine)  # type: ignore[arg-type]
+        return list(tasks.predicted_s), np.frombuffer(result.start_s)
+
+    base = case_table(tied)
+    run(base, "kernel")
+    other = base.copy()
+    if change == "tenants permuted":
+        other.tenant = list(np.random.default_rng(0).permutation(other.tenant).tolist())
+    else:
+        for column in ("task_id", "tenant", "submit_s", "duration_s", "predicted_s",
+                       "predicted_p50_s", "predicted_p90_s"):
+            del getattr(other, column)[-10:]
+    loop, kernel = run(other, "python"), run(other, "kernel")
+    assert kernel[0] == loop[0]
+    assert np.array_equal(kernel[1], loop[1])
+    from desched.bench.online import kernel_plan
+
+    assert tied.online is not None
+    plan = kernel_plan(tied.online, other)
+    assert plan is not kernel_plan(tied.online, base)
+    pairs = {}
+    for j, k in enumerate(other.tenant):  # one code per (tenant, task type) of this table
+        assert pairs.setdefault((k, tied.online.task_type[j]), plan.pair[j]) == plan.pair[j]
+    assert len(set(pairs.values())) == len(pairs)

@@ -32,15 +32,18 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import math
 import tempfile
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from desched.errors import DeschedError
 from desched.models.features import HISTORY, FeatureSpec, TenantHistory
 from desched.trace import MIN_PREDICTION_S, TaskTable
 
@@ -65,10 +68,18 @@ class OnlineModel:
     task_type: list[str] = field(repr=False)
     seed: list[tuple[str, str, float]] = field(default_factory=list, repr=False)
     """(tenant, task type, duration) of the tasks finished before the run, in end order."""
-    plans: dict[tuple[str, ...], KernelPlan] = field(default_factory=dict, repr=False,
-                                                     compare=False)
-    """The kernel's codes of the seed and the pairs, by the run's tenant names (computed once
-    per case and process: every run of a case has the same table)."""
+
+    @cached_property
+    def digest(self) -> str:
+        """What identifies the model and its rows (``PLANS``' key, with the table's tenants)."""
+        h = hashlib.sha256(json.dumps(self.spec, sort_keys=True).encode())
+        for column, (text, log_target) in sorted(self.models.items()):
+            h.update(f"\0{column}\0{log_target}\0".encode())
+            h.update(text.encode())
+        h.update(np.ascontiguousarray(self.static, dtype=np.float64).tobytes())
+        h.update("\0".join(self.task_type).encode())
+        h.update(repr(self.seed).encode())
+        return h.hexdigest()
 
     @classmethod
     def of(cls, result: Any, static: np.ndarray, task_type: list[str],
@@ -122,14 +133,21 @@ class KernelPlan:
     """The kernel's ``ost``: the static rows, then the memo of predictions by task and history
     values (``desched.kernels.source_online``), kept from run to run of the case."""
 
-    def memo_offsets(self, n: int, nf: int) -> tuple[int, int, int]:
-        """Where the memo's history values, predictions and entry counts start in ``memo``."""
+    def memo_offsets(self, nf: int) -> tuple[int, int, int]:
+        """Where the memo's history values, predictions and entry counts start in ``memo``
+        (``nf`` features a row)."""
+        n = self.pair.size
         key = n * nf
         value = key + n * MEMO_SLOTS * 4
         return key, value, value + n * MEMO_SLOTS * 3
 
     @classmethod
     def of(cls, model: OnlineModel, tenant: list[int], tenant_names: list[str]) -> KernelPlan:
+        """For a table of ``len(tenant)`` tasks, the first rows of ``model``'s."""
+        n, nf = len(tenant), model.static.shape[1]
+        if n > model.static.shape[0]:
+            raise DeschedError(f"the duration model has feature rows for "
+                               f"{model.static.shape[0]} tasks, the run has {n}")
         code: dict[tuple[int, str], int] = {}
         pair = np.array([code.setdefault((k, ty), len(code))
                          for k, ty in zip(tenant, model.task_type)], dtype=np.int64)
@@ -137,11 +155,33 @@ class KernelPlan:
         seed_tenant = np.array([index.get(s[0], -1) for s in model.seed], dtype=np.int64)
         seed_pair = np.array([code.get((k, s[1]), -1) if k >= 0 else -1
                               for k, s in zip(seed_tenant.tolist(), model.seed)], dtype=np.int64)
-        n, nf = model.static.shape
         memo = np.zeros(n * nf + n * MEMO_SLOTS * 7 + n, dtype=np.float64)
-        memo[:n * nf] = model.static.ravel()
+        memo[:n * nf] = model.static[:n].ravel()
         return cls(len(code), pair, seed_tenant, seed_pair,
                    np.array([s[2] for s in model.seed], dtype=np.float64), memo)
+
+
+PLANS: OrderedDict[str, KernelPlan] = OrderedDict()
+"""This process's ``KernelPlan`` (and so memo) of the last ``PLANS_KEPT`` cases, by the model's
+digest and the table's tenants: the judge's pool ships a fresh copy of a case with each call,
+and its runs on one process still share the memo."""
+PLANS_KEPT = 8
+
+
+def kernel_plan(model: OnlineModel, tasks: TaskTable) -> KernelPlan:
+    """The plan of ``model`` on ``tasks`` (made once per process, ``PLANS``)."""
+    h = hashlib.sha256(model.digest.encode())
+    h.update(np.asarray(tasks.tenant, dtype=np.int64).tobytes())
+    h.update("\0".join(tasks.tenant_names).encode())
+    key = h.hexdigest()
+    plan = PLANS.get(key)
+    if plan is None:
+        plan = PLANS[key] = KernelPlan.of(model, tasks.tenant, tasks.tenant_names)
+        while len(PLANS) > PLANS_KEPT:
+            PLANS.popitem(last=False)
+    else:
+        PLANS.move_to_end(key)
+    return plan
 
 
 class OnlineLabels:
@@ -186,11 +226,7 @@ class OnlineLabels:
         tasks = self.tasks
         n = len(tasks)
         nt = max(1, len(tasks.tenant_names))
-        key = tuple(tasks.tenant_names)
-        plan = self.model.plans.get(key)
-        if plan is None or plan.pair.size != n or self.static.shape[0] != n:
-            plan = self.model.plans[key] = KernelPlan.of(self.model, tasks.tenant,
-                                                         tasks.tenant_names)
+        plan = kernel_plan(self.model, tasks)
         w, npair, ns = self.window, max(1, plan.pairs), plan.seed_tenant.size
         nf = self.static.shape[1]
         ints = {"pair": n, "tcount": nt, "tpos": nt, "tdone": nt, "pcount": npair,
@@ -210,7 +246,7 @@ class OnlineLabels:
             ol[getattr(so, f"H_{name.upper()}")] = at[name]
         ol[so.H_ON], ol[so.H_NF], ol[so.H_AT], ol[so.H_W], ol[so.H_NS] = 1, nf, self.at, w, ns
         ol[so.H_SLOTS] = MEMO_SLOTS if self.memo else 0
-        ol[so.H_MKEY], ol[so.H_MVAL], ol[so.H_MFILL] = plan.memo_offsets(n, nf)
+        ol[so.H_MKEY], ol[so.H_MVAL], ol[so.H_MFILL] = plan.memo_offsets(nf)
         for column, forest, log_target in self.forests:
             m = LABEL_COLUMNS.index(column)
             ol[so.H_FOREST + m] = ctypes.cast(forest.entry, ctypes.c_void_p).value or 0
