@@ -7,8 +7,10 @@ run is one call of native code compiled from ``desched.kernels.source`` (a typed
 Python, ``desched.structures.kernelc``): the same semantics, the same float operations, so
 the start times, workers, scores and parts are bit-identical to the Python loop's
 (tests/test_kernels.py, on generated traces with ties, bursts and tenant weights). Tenant
-weights, rate limits (shaped submit times) and quantile predictions (``predicted_p50_s``,
-``predicted_p90_s``, for the Boost policies) are supported; caps and priorities are not.
+weights, rate limits (shaped submit times), quantile predictions (``predicted_p50_s``,
+``predicted_p90_s``, for the Boost policies) and predictions made at each arrival from what had
+finished in the run (the judge's, ``desched.kernels.source_online``; a policy reads a task's
+predictions at its push or later) are supported; caps and priorities are not.
 
 Cost: the first use in a process loads the compiled code, from the cache under
 ``desched/kernels/__pycache__`` (about 0.01 s of CPU), or compiles it there (about 0.6 s,
