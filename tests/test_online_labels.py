@@ -317,3 +317,32 @@ def test_a_table_other_than_the_case_frame_gets_its_own_plan_and_agrees(
     for j, k in enumerate(other.tenant):  # one code per (tenant, task type) of this table
         assert pairs.setdefault((k, tied.online.task_type[j]), plan.pair[j]) == plan.pair[j]
     assert len(set(pairs.values())) == len(pairs)
+
+
+def test_the_plans_kept_stay_within_their_count_and_bytes(case: jd.Case, tied: jd.Case,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The newest plan is always kept; older ones go past ``PLANS_KEPT`` plans or
+    ``PLANS_BYTES`` of arrays (a log of a million test tasks would otherwise keep about
+    290 MB a case in every process)."""
+    from desched.bench import online
+
+    assert case.online is not None and tied.online is not None
+    online.PLANS.clear()
+    first = online.kernel_plan(case.online, case_table(case))
+    second = online.kernel_plan(tied.online, case_table(tied))
+    assert list(online.PLANS.values()) == [first, second]
+    monkeypatch.setattr(online, "PLANS_BYTES", second.memo.nbytes + second.pair.nbytes)
+    assert online.kernel_plan(case.online, case_table(case)) is first  # found: nothing evicted
+    third = online.kernel_plan(tied.online, case_table(tied).copy())
+    assert third is second
+    online.PLANS.clear()
+    online.kernel_plan(case.online, case_table(case))
+    online.kernel_plan(tied.online, case_table(tied))  # over the bytes: the older one goes
+    assert len(online.PLANS) == 1 and next(iter(online.PLANS.values())).pair.size == tied.tasks
+    monkeypatch.setattr(online, "PLANS_BYTES", 1)
+    online.kernel_plan(case.online, case_table(case))  # alone over the bytes: kept anyway
+    assert len(online.PLANS) == 1
+    monkeypatch.setattr(online, "PLANS_BYTES", 1 << 40)
+    monkeypatch.setattr(online, "PLANS_KEPT", 1)
+    online.kernel_plan(tied.online, case_table(tied))
+    assert len(online.PLANS) == 1

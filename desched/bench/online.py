@@ -162,10 +162,13 @@ class KernelPlan:
 
 
 PLANS: OrderedDict[str, KernelPlan] = OrderedDict()
-"""This process's ``KernelPlan`` (and so memo) of the last ``PLANS_KEPT`` cases, by the model's
-digest and the table's tenants: the judge's pool ships a fresh copy of a case with each call,
-and its runs on one process still share the memo."""
+"""This process's ``KernelPlan`` (and so memo) of the cases it ran last, by the model's digest
+and the table's tenants: the judge's pool ships a fresh copy of a case with each call, and its
+runs on one process still share the memo. At most ``PLANS_KEPT`` plans and, beyond the newest,
+``PLANS_BYTES`` of their arrays (a plan costs about 290 bytes a task: its static row and 4
+memo entries)."""
 PLANS_KEPT = 8
+PLANS_BYTES = 512 << 20
 
 
 def kernel_plan(model: OnlineModel, tasks: TaskTable) -> KernelPlan:
@@ -177,7 +180,8 @@ def kernel_plan(model: OnlineModel, tasks: TaskTable) -> KernelPlan:
     plan = PLANS.get(key)
     if plan is None:
         plan = PLANS[key] = KernelPlan.of(model, tasks.tenant, tasks.tenant_names)
-        while len(PLANS) > PLANS_KEPT:
+        while len(PLANS) > 1 and (len(PLANS) > PLANS_KEPT or sum(
+                p.memo.nbytes + p.pair.nbytes for p in PLANS.values()) > PLANS_BYTES):
             PLANS.popitem(last=False)
     else:
         PLANS.move_to_end(key)
