@@ -346,3 +346,28 @@ def test_the_plans_kept_stay_within_their_count_and_bytes(case: jd.Case, tied: j
     monkeypatch.setattr(online, "PLANS_KEPT", 1)
     online.kernel_plan(tied.online, case_table(tied))
     assert len(online.PLANS) == 1
+
+
+def test_the_whole_judge_gives_the_same_results_with_predictions_made_in_the_python_loop(
+        case: jd.Case, tied: jd.Case, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``run_judge`` end to end (frontiers, every candidate, the rule), once as it runs and
+    once with every run that predicts during the run forced into the Python loop."""
+    import json
+
+    import desched.simulator as sim
+
+    def judged() -> str:
+        fresh = [jd.Case(**{**c.__dict__, "outcomes": {}, "table": None, "tenants": None})
+                 for c in (case, tied)]
+        return json.dumps(jd.run_judge(fresh).model_dump(mode="json"), sort_keys=True)
+
+    ours = judged()
+    original = sim.simulate
+
+    def loop_for_labels(tasks: object, policy: object, workers: int, **kw: object) -> object:
+        if kw.get("labels") is not None:
+            kw["engine"] = "python"
+        return original(tasks, policy, workers, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sim, "simulate", loop_for_labels)
+    assert judged() == ours
