@@ -70,10 +70,25 @@ class RunSummary(RunMetrics, RunSpeed, RunPolicy):
         return self.per_tenant
 
 
+RUN_COLUMNS: tuple[str, ...] = ("start_s", "end_s", "worker", "wait_s", "response_s")
+"""The columns a run adds to the trace's in ``tasks.parquet``."""
+
+
 def tasks_frame(trace: pl.DataFrame, result: SimResult) -> pl.DataFrame:
-    """The trace's columns plus ``start_s, end_s, worker, wait_s, response_s``."""
+    """The trace's columns plus ``RUN_COLUMNS``. A trace column of one of those names (a
+    run's ``tasks.parquet`` simulated again, say) is kept as ``trace_<name>``, not
+    replaced."""
     start = np.frombuffer(result.start_s, dtype=np.float64)
     end = np.frombuffer(result.end_s, dtype=np.float64)
+    kept = {}
+    for name in RUN_COLUMNS:
+        if name in trace.columns:
+            new = f"trace_{name}"
+            while new in trace.columns or new in kept.values():
+                new = f"trace_{new}"
+            kept[name] = new
+    if kept:
+        trace = trace.rename(kept)
     return trace.with_columns(
         pl.Series("start_s", start),
         pl.Series("end_s", end),

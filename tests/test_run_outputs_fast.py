@@ -121,3 +121,22 @@ def test_a_hash_collision_does_not_refuse_distinct_ids(monkeypatch: pytest.Monke
     monkeypatch.setattr(pl.Series, "hash", lambda self, *a, **k: pl.Series([7] * self.len()))
     assert all_distinct(pl.Series(["a", "b", "c"]))
     assert not all_distinct(pl.Series(["a", "b", "a"]))
+
+
+def test_a_trace_column_named_like_a_run_column_is_kept_renamed_not_replaced() -> None:
+    """A run's tasks.parquet simulated again carries start_s, worker, ...: the run's own
+    columns take the names, the trace's keep their values as trace_<name> (QA: they were
+    overwritten)."""
+    trace = pl.DataFrame({
+        "task_id": ["a", "b"], "tenant": ["x", "y"], "task_type": ["e", "e"],
+        "submit_s": [0.0, 0.0], "duration_s": [1.0, 2.0],
+        "start_s": [5.0, 6.0], "worker": [7, 8], "trace_worker": [9, 9],
+    })
+    tasks = TaskTable.from_frame(trace)
+    result = simulate(tasks, make_policy("fifo", tasks), 2)
+    out = tasks_frame(trace, result)
+    assert out["trace_start_s"].to_list() == [5.0, 6.0]
+    assert out["trace_trace_worker"].to_list() == [7, 8]  # trace_worker was taken
+    assert out["trace_worker"].to_list() == [9, 9]
+    assert out["start_s"].to_list() == [0.0, 0.0]
+    assert sorted(out["worker"].to_list()) == [0, 1]
