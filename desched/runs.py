@@ -80,7 +80,7 @@ def tasks_frame(trace: pl.DataFrame, result: SimResult) -> pl.DataFrame:
     replaced."""
     start = np.frombuffer(result.start_s, dtype=np.float64)
     end = np.frombuffer(result.end_s, dtype=np.float64)
-    kept = {}
+    kept: dict[str, str] = {}
     for name in RUN_COLUMNS:
         if name in trace.columns:
             new = f"trace_{name}"
