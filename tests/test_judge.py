@@ -437,3 +437,24 @@ def test_a_log_whose_fairness_promises_cannot_fail_says_so(tmp_path: Path) -> No
     assert "nouser: one tenant in the test part" in jd.markdown(result)
     many = jd.run_judge([small_case(tmp_path)], ["sjf-predicted"])
     assert "one tenant" not in jd.markdown(many) and not jd.vacuous_notes(many)
+
+
+def test_the_reports_judge_leaves_out_only_the_family_run_on_predictions(
+    tmp_path: Path,
+) -> None:
+    """``judge_for_report`` runs the judge without ``deployable_frontiers`` (a diagnostic the
+    report does not show): every verdict, standing and the recommendation are the full
+    judge's, and so is the report's section."""
+    from desched.bench.report.deploy import deploy_section, judge_for_report
+
+    log = write_swf(tmp_path / "syn.swf", 600, 1)
+    cache = tmp_path / "cache"
+    ours, _ = judge_for_report([("syn", log, None)], [("steady", 500)], results=None,
+                               cache_dir=cache)
+    cases = [jd.prepare_log(log, cache_dir=cache),
+             jd.prepare_scenario("steady", cache_dir=cache, tasks=500)]
+    full = jd.run_judge(cases)
+    assert ours.deployable_frontiers == [] and len(full.deployable_frontiers) == 1
+    assert ours.model_dump(exclude={"deployable_frontiers"}) == full.model_dump(
+        exclude={"deployable_frontiers"})
+    assert deploy_section(ours, "x") == deploy_section(full, "x")

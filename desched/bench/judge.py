@@ -205,9 +205,13 @@ def run_judge(
     thresholds: Thresholds | None = None,
     progress: Progress | None = None,
     training_logs: Sequence[Case] | None = None,
+    deployable: bool = True,
 ) -> JudgeResult:
     """Judge every policy spec on every case; today's and the oracle's rows are included, and
-    each log's frontier (``desched.bench.frontier``).
+    each log's frontier (``desched.bench.frontier``) and, with ``deployable``, the same
+    family run on the log's predictions (``deployable_frontiers``: a diagnostic of prediction
+    error that no verdict, standing or recommendation reads; the demo's report, which does
+    not show it, leaves it out).
 
     With ``tune``, a policy's parameters on a log come from ``tune(name, training)`` with
     ``training`` the other logs of ``training_logs`` (default: the run's logs) and on a
@@ -225,14 +229,15 @@ def run_judge(
     pool = tuning_pool(cases if training_logs is None else training_logs)
     verdicts: list[Verdict] = []
     frontiers: list[Frontier] = []
-    deployable: list[Frontier] = []
+    on_predictions: list[Frontier] = []
     for case in cases:
         training = [c for c in pool if c is not case and c.name != case.name]
         if case.kind == "log":
             if progress:
                 progress(f"{case.name}: the clairvoyant frontier")
             frontiers.append(case_frontier(case, th))
-            deployable.append(frontier_of(case, th, clairvoyant=False))
+            if deployable:
+                on_predictions.append(frontier_of(case, th, clairvoyant=False))
         for spec in order:
             if case.kind == "scenario" and spec == ORACLE:
                 continue
@@ -248,7 +253,7 @@ def run_judge(
                   "tuning_logs": [c.name for c in pool]},
         cases=[c.info() for c in cases], policies=order, verdicts=verdicts,
         recommendation=recommendation, recommendation_reason=reason, tied=group,
-        frontiers=frontiers, deployable_frontiers=deployable, standings=standings)
+        frontiers=frontiers, deployable_frontiers=on_predictions, standings=standings)
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:

@@ -265,4 +265,5 @@ def judge_for_report(workloads: Sequence[tuple[str, Path, int | None]],
                   for name, tasks in scenarios]
     names = ", ".join(path.name + (f" (first {n:,} tasks)" if n else "")
                       for _, path, n in workloads)
-    return jd.run_judge(cases), f"run by the demo on {names}"
+    # the report shows verdicts and standings, not the family run on predictions: not run
+    return jd.run_judge(cases, deployable=False), f"run by the demo on {names}"
