@@ -458,3 +458,23 @@ def test_the_reports_judge_leaves_out_only_the_family_run_on_predictions(
     assert ours.model_dump(exclude={"deployable_frontiers"}) == full.model_dump(
         exclude={"deployable_frontiers"})
     assert deploy_section(ours, "x") == deploy_section(full, "x")
+
+
+def test_desched_judge_can_leave_out_the_frontier_on_predictions_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    log = write_swf(tmp_path / "syn.swf", 600, 1)
+    outs = {}
+    for flag in ("--frontier-on-predictions", "--no-frontier-on-predictions"):
+        out = tmp_path / flag
+        res = CliRunner().invoke(cli, ["judge", "--logs", str(log), "--scenarios", "steady",
+                                       "--policies", "hrrn-predicted,boost-predicted", flag,
+                                       "--out", str(out), "--cache", str(tmp_path / "cache"),
+                                       "--jobs", "1"])
+        assert res.exit_code == 0, res.output
+        outs[flag] = json.loads((out / "judge.json").read_text())
+    full, lean = outs["--frontier-on-predictions"], outs["--no-frontier-on-predictions"]
+    assert len(full["deployable_frontiers"]) == 1 and lean["deployable_frontiers"] == []
+    assert {k: v for k, v in full.items() if k != "deployable_frontiers"} == {
+        k: v for k, v in lean.items() if k != "deployable_frontiers"}
+    assert "--no-frontier-on-predictions" in CliRunner().invoke(cli, ["judge", "--help"]).output

@@ -134,9 +134,11 @@ def frontier_runs(case: jd.Case, *, deployable: bool = True) -> list[Run]:
 
 def judge_runs(cases: Sequence[jd.Case], policies: Sequence[str] | None = None, *,
                tune: jd.Tune | None = None,
-               training_logs: Sequence[jd.Case] | None = None) -> list[Run]:
-    """The runs of ``run_judge(cases, policies, tune=tune, training_logs=training_logs)``
-    known before it runs (module docstring), in its order, possibly repeated."""
+               training_logs: Sequence[jd.Case] | None = None,
+               deployable: bool = True) -> list[Run]:
+    """The runs of ``run_judge(cases, policies, tune=tune, training_logs=training_logs,
+    deployable=deployable)`` known before it runs (module docstring), in its order, possibly
+    repeated."""
     from desched.bench.lolo import LoloTuner, grid_of
 
     order = _order(policies)
@@ -145,7 +147,7 @@ def judge_runs(cases: Sequence[jd.Case], policies: Sequence[str] | None = None, 
     runs: list[Run] = []
     for case in cases:
         if case.kind == "log":
-            runs += frontier_runs(case)
+            runs += frontier_runs(case, deployable=deployable)
         for spec in order:
             known = spec in (jd.TODAY, jd.ORACLE) or tune is None or (
                 lolo is not None and spec not in gridded)  # a grid of one: {} on any logs

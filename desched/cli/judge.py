@@ -58,6 +58,12 @@ def _tuner(target: str | None) -> Any:
               default="data/judge-cache", show_default=True,
               help="Folder caching each workload's test part and predictions.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the cache.")
+@click.option("--frontier-on-predictions/--no-frontier-on-predictions", "on_predictions",
+              default=True, show_default=True,
+              help="Also run the frontier's family on each log's predictions (judge.md's "
+                   "last two frontier columns: how much of the frontier prediction error "
+                   "costs). A diagnostic: no verdict, standing or recommendation reads it; "
+                   "leaving it out skips most of a rerun's simulations.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None,
               help="Processes for the trainings and simulations [default: one per core]; "
                    "judge.json is the same with any number.")
@@ -72,7 +78,7 @@ def _tuner(target: str | None) -> Any:
                    "among the training cases [default: fixed defaults].")
 def judge(logs: tuple[str, ...], which: str, scenarios: str, policies: tuple[str, ...],
           out: Path, max_tasks: int | None, cache: Path, no_cache: bool, jobs: int | None,
-          dask_address: str | None, tune: str | None) -> None:
+          dask_address: str | None, tune: str | None, on_predictions: bool) -> None:
     """Judge candidate policies for deployment against today's scorer (ifs-memoryless).
 
     Per real log: train the duration model on the first 70 % of the tasks by submit time,
@@ -178,7 +184,7 @@ def judge(logs: tuple[str, ...], which: str, scenarios: str, policies: tuple[str
                   "itself: every policy runs at its defaults (add logs to --logs to tune on)",
                   file=sys.stderr, flush=True)
         runs = pooled_judge.pending(pooled_judge.judge_runs(
-            cases, candidates, tune=tuner, training_logs=training))
+            cases, candidates, tune=tuner, training_logs=training, deployable=on_predictions))
         simulating = MessageBar(len(runs), f"simulate ({pool.describe()})", per_message=True,
                                 started=started, lines=20)
         try:
@@ -188,7 +194,7 @@ def judge(logs: tuple[str, ...], which: str, scenarios: str, policies: tuple[str
     judging = MessageBar(len(cases), "judge", started=started)
     try:
         result = jd.run_judge(cases, candidates, tune=tuner, progress=judging,
-                              training_logs=training)
+                              training_logs=training, deployable=on_predictions)
     finally:
         judging.close()
     json_path, md_path = jd.write_judge(result, out)
