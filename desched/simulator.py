@@ -46,7 +46,7 @@ class ArrivalLabels(Protocol):
 
     def complete(self, i: int, t: float) -> None: ...
 
-    def kernel_written(self, predicted: dict[str, npt.NDArray[np.float64]]) -> None: ...
+    def kernel_written(self, predicted: tuple[npt.NDArray[np.float64], ...]) -> None: ...
 
 PROGRESS_EVERY = 16384
 Engine = Literal["auto", "kernel", "python"]
@@ -149,7 +149,7 @@ def simulate(
         raise DeschedError(f"workers must be >= 1, got {workers}")
     if len(policy) != 0:
         raise DeschedError("the policy must start with an empty queue")
-    _check_times(tasks)
+    submit_a, duration_a = _checked_times(tasks)
     name = kernel_for(policy, gate, engine)
     state = getattr(labels, "kernel_state", None)
     if labels is not None and state is None:
@@ -162,8 +162,8 @@ def simulate(
         for k, w in tasks.tenant_weight.items():
             weight[k] = w
         result = simulate_arrays(name, policy.params, policy.components, workers, KernelInputs(
-            submit_s=np.asarray(tasks.submit_s, dtype=np.float64),
-            duration_s=np.asarray(tasks.duration_s, dtype=np.float64),
+            submit_s=submit_a,
+            duration_s=duration_a,
             predicted_s=np.asarray(tasks.predicted_s, dtype=np.float64),
             tenant=np.asarray(tasks.tenant, dtype=np.int64),
             weight=weight,
@@ -171,8 +171,7 @@ def simulate(
             predicted_p90_s=np.asarray(tasks.predicted_p90_s, dtype=np.float64),
             online=None if state is None else state()))
         if labels is not None:
-            labels.kernel_written(dict(zip(("predicted_s", "predicted_p50_s", "predicted_p90_s"),
-                                           result.predicted, strict=True)))
+            labels.kernel_written(result.predicted)
         if progress is not None:
             progress(len(tasks))
         return result
@@ -282,10 +281,12 @@ def simulate(
     )
 
 
-def _check_times(tasks: TaskTable) -> None:
-    """Refuse a table a run cannot end on: a submission time or duration that is not finite,
-    or a negative duration (a trace read by ``desched.trace`` never has one; a table built by
-    hand may, and the event loop would then never end, or the kernel read past its heap)."""
+def _checked_times(tasks: TaskTable) -> tuple[npt.NDArray[np.float64],
+                                               npt.NDArray[np.float64]]:
+    """``submit_s`` and ``duration_s`` as arrays (a kernel's inputs); refuses a table a run
+    cannot end on: a submission time or duration that is not finite, or a negative duration
+    (a trace read by ``desched.trace`` never has one; a table built by hand may, and the
+    event loop would then never end, or the kernel read past its heap)."""
     submit = np.asarray(tasks.submit_s, dtype=np.float64)
     duration = np.asarray(tasks.duration_s, dtype=np.float64)
     bad = ~np.isfinite(submit) | ~np.isfinite(duration) | (duration < 0.0)
@@ -294,6 +295,7 @@ def _check_times(tasks: TaskTable) -> None:
         raise DeschedError(f"task {tasks.task_id[i]!r} (position {i}): submit_s "
                            f"{submit[i]!r}, duration_s {duration[i]!r}; both must be finite and "
                            "the duration not negative")
+    return submit, duration
 
 
 def kernel_for(policy: Policy, gate: Gate | None, engine: Engine = "auto") -> str | None:

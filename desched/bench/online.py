@@ -129,7 +129,7 @@ class KernelPlan:
     seed_tenant: np.ndarray
     seed_pair: np.ndarray
     seed_duration: np.ndarray
-    memo: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0))
+    memo: np.ndarray = field(repr=False)
     """The kernel's ``ost``: the static rows, then the memo of predictions by task and history
     values (``desched.kernels.source_online``), kept from run to run of the case."""
 
@@ -261,11 +261,11 @@ class OnlineLabels:
         of_[at["sdur"]:at["sdur"] + ns] = plan.seed_duration
         return ol, of_, plan.memo
 
-    def kernel_written(self, predicted: dict[str, np.ndarray]) -> None:
-        """A kernel run's predictions, by ``LABEL_COLUMNS`` entry: those this run makes are
-        written into its task table, as ``arrive`` writes them."""
+    def kernel_written(self, predicted: tuple[np.ndarray, ...]) -> None:
+        """A kernel run's prediction arrays, in ``LABEL_COLUMNS`` order: those this run makes
+        are written into its task table, as ``arrive`` writes them."""
         for column, _, _ in self.forests:
-            getattr(self.tasks, column)[:] = predicted[column].tolist()
+            getattr(self.tasks, column)[:] = predicted[LABEL_COLUMNS.index(column)].tolist()
 
     def complete(self, i: int, t: float) -> None:
         """Task ``i`` of this run finished at ``t`` (completions come in time order)."""
