@@ -453,18 +453,18 @@ def test_the_reports_judge_leaves_out_only_the_family_run_on_predictions(
                                cache_dir=cache)
     cases = [jd.prepare_log(log, cache_dir=cache),
              jd.prepare_scenario("steady", cache_dir=cache, tasks=500)]
-    full = jd.run_judge(cases)
+    full = jd.run_judge(cases, deployable=True)
     assert ours.deployable_frontiers == [] and len(full.deployable_frontiers) == 1
     assert ours.model_dump(exclude={"deployable_frontiers"}) == full.model_dump(
         exclude={"deployable_frontiers"})
     assert deploy_section(ours, "x") == deploy_section(full, "x")
 
 
-def test_desched_judge_can_leave_out_the_frontier_on_predictions_and_nothing_else(
+def test_desched_judge_adds_the_frontier_on_predictions_when_asked_and_nothing_else(
     tmp_path: Path,
 ) -> None:
     log = write_swf(tmp_path / "syn.swf", 600, 1)
-    outs = {}
+    outs, mds = {}, {}
     for flag in ("--frontier-on-predictions", "--no-frontier-on-predictions"):
         out = tmp_path / flag
         res = CliRunner().invoke(cli, ["judge", "--logs", str(log), "--scenarios", "steady",
@@ -473,8 +473,18 @@ def test_desched_judge_can_leave_out_the_frontier_on_predictions_and_nothing_els
                                        "--jobs", "1"])
         assert res.exit_code == 0, res.output
         outs[flag] = json.loads((out / "judge.json").read_text())
+        mds[flag] = (out / "judge.md").read_text()
     full, lean = outs["--frontier-on-predictions"], outs["--no-frontier-on-predictions"]
     assert len(full["deployable_frontiers"]) == 1 and lean["deployable_frontiers"] == []
     assert {k: v for k, v in full.items() if k != "deployable_frontiers"} == {
         k: v for k, v in lean.items() if k != "deployable_frontiers"}
-    assert "--no-frontier-on-predictions" in CliRunner().invoke(cli, ["judge", "--help"]).output
+    # judge.md shows the diagnostic's two columns only when it ran, and says how to ask
+    assert "on predictions: best gain" in mds["--frontier-on-predictions"]
+    assert "on predictions: best gain" not in mds["--no-frontier-on-predictions"]
+    assert "`--frontier-on-predictions` adds" in mds["--no-frontier-on-predictions"]
+    # the diagnostic is asked for: the command leaves it out by default
+    from desched.cli.judge import judge
+
+    option = next(p for p in judge.params if p.name == "on_predictions")
+    assert option.default is False
+    assert "--frontier-on-predictions" in CliRunner().invoke(cli, ["judge", "--help"]).output

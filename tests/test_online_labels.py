@@ -359,7 +359,7 @@ def test_the_whole_judge_gives_the_same_results_with_predictions_made_in_the_pyt
     def judged() -> str:
         fresh = [jd.Case(**{**c.__dict__, "outcomes": {}, "table": None, "tenants": None})
                  for c in (case, tied)]
-        return json.dumps(jd.run_judge(fresh).model_dump(mode="json"), sort_keys=True)
+        return json.dumps(jd.run_judge(fresh, deployable=True).model_dump(mode="json"), sort_keys=True)
 
     ours = judged()
     original = sim.simulate

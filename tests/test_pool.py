@@ -213,13 +213,15 @@ def test_the_judge_tuned_leave_one_log_out_on_prefilled_runs_gives_the_serial_re
         cases, training = workloads()
         tuner = LoloTuner([c for c in (training or cases) if c.kind == "scenario"])
         if prefilled:
-            runs = pooled_judge.judge_runs(cases, policies, tune=tuner, training_logs=training)
+            runs = pooled_judge.judge_runs(cases, policies, tune=tuner, training_logs=training,
+                                           deployable=True)
             todo = len(pooled_judge.pending(runs))
             assert pooled_judge.prefill(runs) == todo > 0
             assert pooled_judge.pending(runs) == []
             if verdict == "dev":  # every run is known ahead: the judge simulates nothing
                 monkeypatch.setattr(desched.simulator, "simulate", None)
-        results.append(jd.run_judge(cases, policies, tune=tuner, training_logs=training))
+        results.append(jd.run_judge(cases, policies, tune=tuner, training_logs=training,
+                                    deployable=True))
         monkeypatch.undo()
     serial, pooled = results
     assert pooled.model_dump_json() == serial.model_dump_json()

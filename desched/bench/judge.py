@@ -205,13 +205,13 @@ def run_judge(
     thresholds: Thresholds | None = None,
     progress: Progress | None = None,
     training_logs: Sequence[Case] | None = None,
-    deployable: bool = True,
+    deployable: bool = False,
 ) -> JudgeResult:
     """Judge every policy spec on every case; today's and the oracle's rows are included, and
     each log's frontier (``desched.bench.frontier``) and, with ``deployable``, the same
     family run on the log's predictions (``deployable_frontiers``: a diagnostic of prediction
-    error that no verdict, standing or recommendation reads; the demo's report, which does
-    not show it, leaves it out).
+    error that no verdict, standing or recommendation reads, asked for because it is most of
+    a rerun's simulations; ``desched judge --frontier-on-predictions``).
 
     With ``tune``, a policy's parameters on a log come from ``tune(name, training)`` with
     ``training`` the other logs of ``training_logs`` (default: the run's logs) and on a
@@ -319,12 +319,15 @@ def markdown(result: JudgeResult) -> str:
     for note in vacuous_notes(result):
         lines += [f"{note}.", ""]
     if result.frontiers:
-        lines += [("The clairvoyant frontier per log (`desched.bench.frontier`); the last two "
-                   "columns run the same family on the log's predictions, at its best point "
-                   "for that very log (a diagnostic of prediction error, not a candidate):"),
+        deployable = {f.workload: f for f in result.deployable_frontiers}
+        lines += [("The clairvoyant frontier per log (`desched.bench.frontier`)"
+                   + ("; the last two columns run the same family on the log's predictions, "
+                      "at its best point for that very log (a diagnostic of prediction error, "
+                      "not a candidate):" if deployable else
+                      " (`--frontier-on-predictions` adds the same family run on each log's "
+                      "predictions, a diagnostic of prediction error):")),
                   ""]
         rows = []
-        deployable = {f.workload: f for f in result.deployable_frontiers}
         for f in result.frontiers:
             best = next((p for p in f.points if p.spec == f.best), None)
             d = deployable.get(f.workload)
@@ -336,11 +339,13 @@ def markdown(result: JudgeResult) -> str:
                          _fmt(best.delta_jain, 3) if best else "-",
                          _x(best.worst_tenant) if best else "-",
                          f"{sum(p.kept for p in f.points)}/{len(f.points)}",
-                         _fmt(d.gain) if d else "-", (d.best or "none") if d else "-"])
+                         *(([_fmt(d.gain), d.best or "none"] if d else ["-", "-"])
+                           if deployable else [])])
         lines += table_lines(["log", "today's mean response s", "oracle's cut of it",
                               "frontier gain", "frontier point", "its p99", "its Δ Jain",
                               "its worst tenant", "points keeping the promises",
-                              "on predictions: best gain", "at"], rows)
+                              *(["on predictions: best gain", "at"] if deployable else [])],
+                             rows)
         lines.append("")
     lines += table_lines(
         ["log", "policy", "oracle share", "frontier share", "p99 vs today", "Δ Jain",

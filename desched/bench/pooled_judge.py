@@ -117,7 +117,7 @@ def _done(case: jd.Case, key: str) -> bool:
     return key in case.outcomes or PREFILLED + key in case.outcomes
 
 
-def frontier_runs(case: jd.Case, *, deployable: bool = True) -> list[Run]:
+def frontier_runs(case: jd.Case, *, deployable: bool = False) -> list[Run]:
     """The runs of log ``case``'s frontier (``frontier.frontier_of``): today's and the
     bound's, the family on the clairvoyant twin (made here, as ``run_judge`` would) and,
     with ``deployable``, on the case's own predictions."""
@@ -135,7 +135,7 @@ def frontier_runs(case: jd.Case, *, deployable: bool = True) -> list[Run]:
 def judge_runs(cases: Sequence[jd.Case], policies: Sequence[str] | None = None, *,
                tune: jd.Tune | None = None,
                training_logs: Sequence[jd.Case] | None = None,
-               deployable: bool = True) -> list[Run]:
+               deployable: bool = False) -> list[Run]:
     """The runs of ``run_judge(cases, policies, tune=tune, training_logs=training_logs,
     deployable=deployable)`` known before it runs (module docstring), in its order, possibly
     repeated."""

@@ -59,11 +59,12 @@ def _tuner(target: str | None) -> Any:
               help="Folder caching each workload's test part and predictions.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the cache.")
 @click.option("--frontier-on-predictions/--no-frontier-on-predictions", "on_predictions",
-              default=True, show_default=True,
-              help="Also run the frontier's family on each log's predictions (judge.md's "
-                   "last two frontier columns: how much of the frontier prediction error "
-                   "costs). A diagnostic: no verdict, standing or recommendation reads it; "
-                   "leaving it out skips most of a rerun's simulations.")
+              default=False, show_default=True,
+              help="Also run the frontier's family on each log's predictions (two more "
+                   "columns in judge.md's frontier table: how much of the frontier "
+                   "prediction error costs). A diagnostic: no verdict, standing or "
+                   "recommendation reads it, and it is most of a rerun's simulations "
+                   "(about 3x the time), so it is asked for.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None,
               help="Processes for the trainings and simulations [default: one per core]; "
                    "judge.json is the same with any number.")
