@@ -57,11 +57,31 @@ def all_distinct(column: pl.Series) -> bool:
     return column.n_unique() == column.len()
 
 
+def group_means(frame: pl.DataFrame, keys: list[str], column: str,
+                alias: str = "mean") -> pl.DataFrame:
+    """One row per distinct ``keys`` (in order of first appearance) with the mean of
+    ``column`` as ``alias``, each group's values summed in ``frame``'s row order: the same
+    bits on every run, where polars' parallel group-by adds a group's partial sums in an order
+    that varies (a demo report once differed in the last digit between two runs)."""
+    import numpy as np
+
+    rows = frame.select(*keys).with_row_index("_row")
+    groups = (rows.group_by(keys).agg(pl.col("_row").min().alias("_first"))
+              .sort("_first").drop("_first").with_row_index("_code"))
+    code = rows.join(groups, on=keys, how="left", maintain_order="left")["_code"].to_numpy()
+    values = frame[column].cast(pl.Float64).to_numpy()
+    total = np.bincount(code, weights=values, minlength=groups.height)
+    count = np.bincount(code, minlength=groups.height)
+    return groups.drop("_code").with_columns(pl.Series(alias, total / count))
+
+
 def validate_trace(frame: pl.DataFrame, source: str = "trace") -> pl.DataFrame:
     """Return ``frame`` with the schema's types, or raise naming the column and first bad rows.
 
-    Refuses a missing required column, a value that does not cast to its type, a null in a
-    required column (or in ``predicted_s`` when present), a duplicate ``task_id``, a negative
+    Refuses a missing required column, a value that does not cast to its type (a Boolean or a
+    date, time or duration where a number is due), a null in a required column (or in
+    ``predicted_s`` when present), an empty or blank ``task_id`` or ``tenant``, a duplicate
+    ``task_id``, a negative
     or non-finite ``submit_s``, a non-positive or non-finite ``duration_s`` or ``predicted_s``,
     a ``submit_s`` or ``duration_s`` above ``MAX_SECONDS``,
     a quantile prediction (``QUANTILE_COLUMNS``) that is neither absent (NaN or null) nor
@@ -79,6 +99,14 @@ def validate_trace(frame: pl.DataFrame, source: str = "trace") -> pl.DataFrame:
     for column, dtype in casts.items():
         if frame.schema[column] == dtype:
             continue
+        given = frame.schema[column]
+        if dtype.is_numeric() and (given == pl.Boolean or given.is_temporal()):
+            # a cast would succeed and mean nothing: True as 1 s, a datetime as microseconds
+            raise DeschedError(
+                f"{source}: column {column!r} has type {given}; give it as a number"
+                + (" of seconds (epoch seconds for a date)" if column == "submit_s" else
+                   " of seconds" if column.endswith("_s") else "")
+            )
         try:
             frame = frame.with_columns(pl.col(column).cast(dtype, strict=True))
         except (pl.exceptions.PolarsError, ValueError, TypeError) as exc:
@@ -93,6 +121,13 @@ def validate_trace(frame: pl.DataFrame, source: str = "trace") -> pl.DataFrame:
             raise DeschedError(
                 f"{source}: column {column!r} has {nulls.sum()} null(s), first at row(s) "
                 f"{_first_rows(nulls)}"
+            )
+    for column in ("task_id", "tenant"):
+        blank = frame[column].str.contains(r"^\s*$")
+        if blank.any():
+            raise DeschedError(
+                f"{source}: column {column!r} has {blank.sum()} empty or blank value(s), "
+                f"first at row(s) {_first_rows(blank)}"
             )
     duplicated = (frame["task_id"].is_duplicated()
                   if not all_distinct(frame["task_id"]) else None)

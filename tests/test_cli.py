@@ -89,6 +89,17 @@ def test_compare_refuses_a_policy_the_trace_cannot_feed_before_running_any(trace
         (["--policy", "ifs-memoryless?w_wait=0.5&w_wait=0.7"], "'w_wait' given twice"),
         (["--policy", "ifs-memoryless?w_wait=inf"], "parameter 'w_wait': Input should be"),
         (["--policy", "boost-ledger?scale=nan"], "parameter 'scale': Input should be a finite"),
+        # finite but past the float range once multiplied: refused, not left to make scores
+        # infinite (the ranking would fall to its tie-break)
+        (["--policy", "ifs-memoryless?w_wait=1e308"],
+         "parameter 'w_wait': Input should be less than or equal to 1000000"),
+        (["--policy", "ifs-predicted?w_short=1e7"], "parameter 'w_short': Input should be less"),
+        (["--policy", "ifs-counter?w_service=1e300"], "parameter 'w_service': Input should be"),
+        (["--policy", "guarded-sjf?beta=1e300"], "parameter 'beta': Input should be less"),
+        (["--policy", "guarded-sjf?a=1e308"], "parameter 'a': Input should be less"),
+        (["--policy", "boost-predicted?sympathy=1e300"], "parameter 'sympathy': Input should"),
+        (["--policy", "boost-predicted?max_load=0.999999999"],
+         "parameter 'max_load': Input should be less than or equal to 0.999"),
     ],
 )
 def test_bad_policy_input_is_a_one_line_error(trace, tmp_path, args, message):

@@ -128,6 +128,13 @@ def test_every_file_in_the_logs_folder_is_read_or_named_with_why_it_was_skipped(
     pl.read_parquet(run).write_parquet(logs / "decisions-1.parquet")  # a log by content
     write_jsonl(logs / "run-2.jsonl", [decision(0, 0.0, "x"), completion(1, 1.0, "x")])
     write_jsonl(logs / "notes.jsonl", [{"note": "not a record"}])
+    # a run of a trace that had a column named 'kind': it is carried into tasks.parquet,
+    # which is still the run's table, not a log
+    other = logs / "run3"
+    other.mkdir()
+    (other / "summary.json").write_text((run.parent / "summary.json").read_text())
+    pl.read_parquet(run.parent / "tasks.parquet").with_columns(
+        pl.lit("decision").alias("kind")).write_parquet(other / "tasks.parquet")
     (logs / "README.txt").write_text("what these are\n")
     result = CliRunner().invoke(
         cli, ["ingest", "--logs", str(logs), "--warehouse", str(tmp_path / "w.duckdb")]
@@ -143,7 +150,8 @@ def test_every_file_in_the_logs_folder_is_read_or_named_with_why_it_was_skipped(
         line = next((x for x in result.output.splitlines() if f"skipped {name}:" in x), None)
         assert line is not None, (name, result.output)
     assert "notes.jsonl: its first line is not a log record (no 'kind')" in result.output
-    assert "run1/tasks.parquet: a Parquet table without a 'kind' column" in result.output
+    assert "run1/tasks.parquet: a simulation run's tasks.parquet, not a log" in result.output
+    assert "run3/tasks.parquet: a simulation run's tasks.parquet, not a log" in result.output
     assert "README.txt: not a log format (.txt" in result.output
     markdown = str(Artifact.get("ingest-logs").data)  # type: ignore[union-attr]
     assert "## Files skipped" in markdown and "README.txt" in markdown

@@ -36,8 +36,9 @@ def test_beta_one_without_slack_is_first_come_first_served(tasks, workers):
 @settings(max_examples=80, deadline=None)
 @given(tasks=workloads(), workers=st.integers(1, 3))
 def test_a_guard_that_never_fires_is_shortest_predicted_first(tasks, workers):
-    # slack of 1e9 mean tasks: no deadline is reached, so every decision is SJF's
-    got = order(tasks, "guarded-sjf", {"beta": "1", "a": "1e9"}, workers)
+    # slack of 1e6 mean tasks (the bound, MAX_WEIGHT): no deadline is reached, so every
+    # decision is SJF's
+    got = order(tasks, "guarded-sjf", {"beta": "1", "a": "1e6"}, workers)
     assert got == order(tasks, "sjf-predicted", None, workers)
 
 

@@ -49,6 +49,8 @@ def test_a_trace_without_a_required_column_is_refused_naming_it(column):
          r"^t.parquet: column 'priority' must hold integers; 2 row\(s\) do not, .* 0, 2$"),
         ("priority", [0, None, 1], r"'priority' must hold integers; 1 row\(s\).* 1$"),
         ("priority", ["1", "high", "2"], r"'priority' must hold integers; .*row\(s\) 1$"),
+        ("task_id", ["x", "", "y"], r"'task_id' has 1 empty or blank value\(s\), .*row\(s\) 1$"),
+        ("tenant", ["a", "b", " \t"], r"'tenant' has 1 empty or blank value\(s\).* 2$"),
     ],
 )
 def test_a_bad_trace_is_refused_naming_the_column_and_first_bad_rows(column, values, message):
@@ -64,6 +66,28 @@ def test_a_column_of_the_wrong_type_is_refused_naming_it():
     frame = good().with_columns(pl.Series("predicted_p90_s", ["a", "b", "c"]))
     with pytest.raises(DeschedError, match="column 'predicted_p90_s' has type String"):
         validate_trace(frame)
+
+
+def test_a_boolean_or_a_time_where_seconds_are_due_is_refused_not_cast() -> None:
+    """A cast would succeed and mean nothing: True as 1 s, a datetime as microseconds."""
+    import datetime as dt
+
+    cases = [
+        ("duration_s", [True, True, False],
+         "'duration_s' has type Boolean; give it as a number of seconds$"),
+        ("submit_s", [dt.datetime(2026, 1, 1, 0, 0, s) for s in (0, 2, 6)],
+         r"'submit_s' has type Datetime.*; give it as a number of seconds \(epoch seconds"),
+        ("duration_s", [dt.timedelta(seconds=3)] * 3, "'duration_s' has type Duration"),
+        ("predicted_s", [dt.date(2026, 1, 1)] * 3, "'predicted_s' has type Date"),
+    ]
+    for column, values, message in cases:
+        frame = good().with_columns(pl.Series(column, values))
+        with pytest.raises(DeschedError, match=message):
+            validate_trace(frame, "t.parquet")
+    # numbers given as integers or numeric strings still cast
+    frame = good().with_columns(pl.Series("submit_s", [0, 1, 2]),
+                                pl.Series("duration_s", ["1.5", "2", "3"]))
+    assert validate_trace(frame)["duration_s"].to_list() == [1.5, 2.0, 3.0]
 
 
 def test_an_integer_priority_passes_in_any_integer_or_integral_float_type() -> None:
@@ -164,3 +188,27 @@ def test_a_copied_task_table_is_equal_and_independent():
     view = table.without_durations().copy()
     with pytest.raises(DurationWithheld):
         view.duration_s[0]
+
+
+def test_group_means_sum_each_group_in_row_order_like_a_plain_loop() -> None:
+    """``group_means`` over two keys: the groups in order of first appearance, each mean the
+    bits of a plain loop summing in row order (polars' parallel group-by varies them)."""
+
+    from desched.trace import group_means
+
+    rng = np.random.default_rng(11)
+    n = 50_000
+    tenants = rng.choice(["a", "b", "c"], n).tolist()
+    types = rng.choice(["x", "y"], n).tolist()
+    values = (rng.lognormal(2.0, 2.5, n) * 1.000000001).tolist()
+    totals: dict[tuple[str, str], float] = {}
+    counts: dict[tuple[str, str], int] = {}
+    for key in zip(tenants, types, strict=True):
+        counts[key] = counts.get(key, 0) + 1
+    for key, v in zip(zip(tenants, types, strict=True), values, strict=True):
+        totals[key] = totals.get(key, 0.0) + v
+    frame = pl.DataFrame({"tenant": tenants, "task_type": types, "d": values})
+    got = group_means(frame, ["tenant", "task_type"], "d", "m")
+    assert got.columns == ["tenant", "task_type", "m"]
+    assert list(zip(got["tenant"], got["task_type"], strict=True)) == list(totals)
+    assert got["m"].to_list() == [totals[k] / counts[k] for k in totals]

@@ -53,6 +53,7 @@ from desched.runs import RunSummary
 from desched.samples import traces_dir
 from desched.settings import DeschedSettings
 from desched.today import TODAY_SCORER
+from desched.trace import group_means
 
 if TYPE_CHECKING:
     from desched.warehouse.report import IngestSummary
@@ -512,13 +513,11 @@ def simulate_heldout_all(parts: dict[str, tuple[str, int, Candidates]],
 
 
 def tenant_mean_durations(trace: pl.DataFrame) -> dict[str, float]:
-    """Each tenant's mean ``duration_s``, its tasks summed in trace order (the same bits every
-    run: polars' parallel group-by sums a group's parts in varying order, and the report's
-    figures once differed in their last digit from run to run)."""
-    tenants, code = np.unique(trace["tenant"].to_numpy(), return_inverse=True)
-    total = np.bincount(code, weights=trace["duration_s"].to_numpy().astype(np.float64))
-    count = np.bincount(code)
-    return {str(t): float(total[k] / count[k]) for k, t in enumerate(tenants)}
+    """Each tenant's mean ``duration_s``, its tasks summed in trace order
+    (``desched.trace.group_means``: the same bits every run), by tenant name."""
+    means = group_means(trace, ["tenant"], "duration_s").sort("tenant")
+    return dict(zip(means["tenant"].cast(pl.String).to_list(), means["mean"].to_list(),
+                    strict=True))
 
 
 def trace_specs(settings: DemoSettings) -> dict[str, list[str]]:

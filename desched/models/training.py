@@ -43,7 +43,7 @@ from desched.errors import DeschedError
 from desched.models.features import FeatureSpec, feature_matrix, with_history
 from desched.models.gbm import import_lightgbm
 from desched.settings import DeschedSettings
-from desched.trace import validate_trace
+from desched.trace import group_means, validate_trace
 
 if TYPE_CHECKING:
     import lightgbm
@@ -203,8 +203,8 @@ def baseline_predictions(fit_rows: pl.DataFrame, test: pl.DataFrame) -> dict[str
     """Each baseline's prediction on ``test``, fitted on ``fit_rows`` (earlier tasks)."""
     global_median = float(fit_rows["duration_s"].median())  # type: ignore[arg-type]
     global_mean = float(fit_rows["duration_s"].mean())  # type: ignore[arg-type]
-    pair = fit_rows.group_by("tenant", "task_type").agg(pl.col("duration_s").mean().alias("_pair"))
-    tenant = fit_rows.group_by("tenant").agg(pl.col("duration_s").mean().alias("_tenant"))
+    pair = group_means(fit_rows, ["tenant", "task_type"], "duration_s", "_pair")
+    tenant = group_means(fit_rows, ["tenant"], "duration_s", "_tenant")
     type_mean = (
         test.select("tenant", "task_type")
         .join(pair, on=["tenant", "task_type"], how="left", maintain_order="left")

@@ -58,6 +58,12 @@ def first_fitting(
     return None, refused
 
 
+MAX_WEIGHT = 1e6
+"""The largest weight or multiplier a parameter takes: past it a score leaves the float range
+(a weight of 1e308 times a normalised term is infinite, and the ranking falls to its
+tie-break)."""
+
+
 class PolicyParams(BaseModel):
     """Parameters of a policy; a policy without parameters uses this empty model.
 

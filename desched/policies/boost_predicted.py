@@ -55,7 +55,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from desched.policies.base import NaivePolicy, Policy, PolicyParams
+from desched.policies.base import MAX_WEIGHT, NaivePolicy, Policy, PolicyParams
 from desched.structures.exp2 import expd, expd_array, fast_expd
 from desched.trace import TaskTable
 
@@ -81,7 +81,7 @@ class BoostEstimatorParams(PolicyParams):
                         "submit times estimate λ and E[e^(γS)]; γ is re-solved every window")
     workers: int = Field(0, ge=0, description="workers sharing the arrivals (λ per worker); "
                          "0: the most tasks seen running at once")
-    max_load: float = Field(0.98, gt=0.0, lt=1.0, description="an estimated per-worker load "
+    max_load: float = Field(0.98, gt=0.0, le=0.999, description="an estimated per-worker load "
                             "at or above this is solved as this load (overload fallback)")
     scale: float = Field(10.0, gt=0.0, le=1e6, description="every boost multiplied by this: "
                          "1 is γ-Boost; larger ranks closer to shortest-first, smaller closer "
@@ -94,7 +94,7 @@ class BoostEstimatorParams(PolicyParams):
 class BoostParams(BoostEstimatorParams):
     """Estimator and guard settings of ``boost-predicted`` (module docstring)."""
 
-    sympathy: float = Field(0.0, ge=0.0, description="a task waiting longer than this many "
+    sympathy: float = Field(0.0, ge=0.0, le=MAX_WEIGHT, description="a task waiting longer than this many "
                             "mean predicted sizes goes first, oldest first (0: no guard)")
     """Off by default: on the development logs a guard at 5-20 mean sizes removes most of
     the gain (LANL-CM5 0.23 -> 0.00-0.01) and does not cure Sandia-Ross's worst tenant."""

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from desched.policies.base import NaivePolicy, Policy
+from desched.policies.base import MAX_WEIGHT, NaivePolicy, Policy
 from desched.policies.learnable import LearnableParams, Range, SearchSpace
 from desched.trace import TaskTable
 
@@ -56,9 +56,9 @@ class GuardedSjfParams(LearnableParams):
         Range("a", 0.0, 500.0, grid=(0.0, 5.0, 10.0, 20.0, 50.0, 200.0)),
     ))
 
-    beta: float = Field(1.0, ge=1.0, description="deadline = work clock + beta * work queued "
+    beta: float = Field(1.0, ge=1.0, le=MAX_WEIGHT, description="deadline = work clock + beta * work queued "
                         "ahead at arrival (+ a mean tasks); 1 is first-come-first-served")
-    a: float = Field(20.0, ge=0.0, description="extra slack before a task is due, in mean "
+    a: float = Field(20.0, ge=0.0, le=MAX_WEIGHT, description="extra slack before a task is due, in mean "
                      "predicted tasks of work")
 
 

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from desched.policies.base import PolicyParams
+from desched.policies.base import MAX_WEIGHT, PolicyParams
 from desched.policies.ifs_memoryless import IfsMemoryless, IfsMemorylessNaive, IfsParams
 from desched.policies.learnable import Range, SearchSpace, Simplex
 from desched.structures.exp2 import exp2d, exp2d_array, fast_exp2d
@@ -36,6 +36,7 @@ class IfsCounterParams(IfsParams):
     w_service: float = Field(
         2.0,
         ge=0,
+        le=MAX_WEIGHT,
         description="weight of the normalised decayed service, subtracted; above "
         "w_backlog + w_wait it outweighs the IFS terms, so a tenant that received much less "
         "service than the most-served backlogged one goes first (flood scenario: 1.0 "

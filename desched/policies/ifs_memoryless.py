@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
-from desched.policies.base import NaivePolicy, Policy, PolicyParams
+from desched.policies.base import MAX_WEIGHT, NaivePolicy, Policy, PolicyParams
 from desched.policies.learnable import LearnableParams, SearchSpace, Simplex
 from desched.structures.ifs_kernel import MEMORYLESS, Call, KernelCacheState, Picker, kernel
 from desched.structures.tenant_queues import TenantQueues, pick_slot
@@ -27,8 +27,8 @@ class IfsParams(LearnableParams):
         Simplex("theta", ("w_backlog", "w_wait"), grid=(0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 1.0)),
     ))
 
-    w_backlog: float = Field(0.1, ge=0, description="weight of the normalised tenant backlog")
-    w_wait: float = Field(0.9, ge=0, description="weight of the normalised wait")
+    w_backlog: float = Field(0.1, ge=0, le=MAX_WEIGHT, description="weight of the normalised tenant backlog")
+    w_wait: float = Field(0.9, ge=0, le=MAX_WEIGHT, description="weight of the normalised wait")
 
 
 def norm(x: float, x_max: float) -> float:

@@ -8,7 +8,7 @@ from typing import ClassVar
 import numpy as np
 from pydantic import Field
 
-from desched.policies.base import NaivePolicy, Policy, PolicyParams
+from desched.policies.base import MAX_WEIGHT, NaivePolicy, Policy, PolicyParams
 from desched.structures.ifs_kernel import PREDICTED, Call, KernelCacheState, kernel
 from desched.structures.tenant_queues import TenantQueues
 from desched.trace import TaskTable
@@ -17,9 +17,9 @@ _COMPACT_SLACK = 64
 
 
 class IfsPredictedParams(PolicyParams):
-    w_backlog: float = Field(0.1, ge=0, description="weight of the normalised tenant backlog")
+    w_backlog: float = Field(0.1, ge=0, le=MAX_WEIGHT, description="weight of the normalised tenant backlog")
     w_short: float = Field(
-        0.9, ge=0, description="weight of the shortness 1 - predicted_s / max predicted_s"
+        0.9, ge=0, le=MAX_WEIGHT, description="weight of the shortness 1 - predicted_s / max predicted_s"
     )
 
 

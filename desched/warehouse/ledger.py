@@ -16,8 +16,9 @@ named with the reason it was skipped (``survey``): a file whose name matches a p
 ``IngestSettings.patterns`` is a log; any other ``.parquet`` file with a ``kind`` column, or
 ``.jsonl``/``.ndjson`` file whose first line is a record with a ``kind``, is a log by its
 content (``decisions-1.parquet``, ``run-2.jsonl``); every other file is skipped, reported with
-its reason (a simulator's ``tasks.parquet`` and ``decisions.parquet`` have no ``kind``; a
-``summary.json`` is not a log format).
+its reason (a simulator's ``tasks.parquet`` and ``decisions.parquet``, beside the run's
+``summary.json``, are not logs even where a trace column named ``kind`` was carried into
+them; a ``summary.json`` is not a log format).
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ if TYPE_CHECKING:
     import duckdb
 
     from desched.warehouse.settings import IngestSettings
+
+RUN_TABLES = ("tasks.parquet", "decisions.parquet")
+"""A simulation run folder's tables beside its ``summary.json``: never logs, whatever their
+columns."""
 
 HEAD_BYTES = 64 * 1024
 """Bytes at the start of a JSON-lines file whose hash tells a grown file from a new one."""
@@ -163,6 +168,10 @@ def _not_a_log(path: Path) -> str | None:
     suffix = path.suffix.lower()
     if suffix not in LOG_SUFFIXES:
         return f"not a log format ({suffix or 'no suffix'}; logs are .parquet or .jsonl)"
+    if path.name in RUN_TABLES and (path.parent / "summary.json").is_file():
+        # a trace column named 'kind' is carried into tasks.parquet: the name decides here
+        return (f"a simulation run's {path.name}, not a log (the run's log is "
+                "decision-log.parquet)")
     if suffix == ".parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
