@@ -307,3 +307,19 @@ def test_q3_judges_the_flood_on_a_held_out_part_that_holds_the_flood(seed: int) 
 
     assert float(flood.min()) >= cut(frac)  # type: ignore[arg-type]  # all of it held out
     assert float(flood.max()) < cut(full.train_frac)  # type: ignore[arg-type]  # the default: none
+
+
+def test_the_report_says_how_long_the_command_ran_from_its_start() -> None:
+    """The title's time is the command's, from the process's start (Prefect's local server
+    starting before the flow counts), the flow's own beside it; the flow's alone where the
+    process's start is unknown."""
+    from desched.bench.demo import process_seconds
+    from desched.bench.report.markdown import ran_for
+    from desched.bench.report.records import Timing
+
+    whole = process_seconds()
+    assert whole is not None and 0.0 < whole < 7 * 86400.0  # this test process's own age
+    timing = Timing(steps={}, total_s=46.2, load_average=[1.0], cpus=2, process_s=75.4)
+    assert ran_for(timing) == ("75 s from the command's start to this report (46 s in its "
+                               "flow, after Prefect's local server started)")
+    assert ran_for(timing.model_copy(update={"process_s": None})) == "46 s"

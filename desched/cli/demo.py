@@ -59,7 +59,8 @@ def demo(quick: bool, out: Path, run_name: str | None, force: bool, jobs: int | 
         result = run_demo(quick=quick, out=str(out), run=run_name, jobs=jobs,
                           dask_address=dask_address)
     folder = Path(result.report_dir)
-    click.echo(f"{folder / 'report.md'} ({result.total_s:.0f} s); also report.html, "
+    taken = result.total_s if result.process_s is None else result.process_s
+    click.echo(f"{folder / 'report.md'} ({taken:.0f} s); also report.html, "
                f"report.json and {len(list(folder.glob('*.png')))} plots")
     # The report is written, the pool's processes and Prefect's server stopped, the flow's
     # logs and events sent: nothing is left for the interpreter's teardown (about 1.5 s).

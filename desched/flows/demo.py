@@ -171,4 +171,4 @@ def _demo(settings: DemoSettings, quick: bool, out: str, run: str | None,
 
     report = progress.run("report", "write the report and publish it as artifacts", write)
     return t.DemoRun(report_dir=str(report_dir), report=report, steps=progress.steps,
-                       total_s=progress.elapsed())
+                     total_s=progress.elapsed(), process_s=t.process_seconds())

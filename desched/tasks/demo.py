@@ -41,6 +41,7 @@ from desched.bench.demo import (
     ingestion_of,
     over_seeds_cells,
     over_seeds_rows,
+    process_seconds,
     time_left_s,
     trace_specs,
     tune_settings,
@@ -61,7 +62,7 @@ __all__ = [  # the tasks, and what the demo flow reads of desched.bench through 
     "PredictorResult", "Progress", "Report", "WeightsCard", "Workload",
     "assemble_report", "deploy_of", "draw_plots", "evaluate_over_seeds",
     "heldout_candidates", "ingestion_of", "over_seeds_cells", "over_seeds_rows",
-    "prepare_workload", "publish_report", "simulate_q1_all", "simulate_q3_all", "trace_specs",
+    "prepare_workload", "process_seconds", "publish_report", "simulate_q1_all", "simulate_q3_all", "trace_specs",
     "train_predictors", "tune_settings", "write_report",
 ]
 

@@ -304,10 +304,15 @@ class Pareto(ReportRecord):
 
 
 class Timing(ReportRecord):
+    """Seconds per step and in the flow (``total_s``), and ``process_s``: from the command's
+    start (the interpreter's, Prefect's local server's start-up included) to the report
+    assembled, what a user waits; None where the process's start time is not known."""
+
     steps: dict[str, float]
     total_s: float
     load_average: list[float]
     cpus: int
+    process_s: float | None = None
 
 
 class DeployRow(ReportRecord):
