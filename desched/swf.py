@@ -35,6 +35,7 @@ number (1-based, counted as in ``lines_read``), its reason and the raw line.
 from __future__ import annotations
 
 import gzip
+import os
 import sys
 import zlib
 from dataclasses import dataclass, field
@@ -305,13 +306,69 @@ def read_trace_or_swf(path: str | Path) -> pl.DataFrame:
 
 
 _NOTED: set[str] = set()
+NOTES_SEEN_ENV = "DESCHED_NOTES_SEEN"
+"""Names the file of the notes already said by this process or the one that started it
+(``share_notes``): a command and its pool's processes say each note once between them."""
+
+
+_MADE_NOTES: list[tuple[int, str]] = []
+"""The notes file this process made (its pid and path): it alone removes it."""
+
+
+def share_notes() -> None:
+    """Let this process and every process it starts from now on say each note once between
+    them: the notes said go to a file named in the environment, which children inherit
+    (``desched.bench.pool`` calls this before it starts processes). The process that made
+    the file removes it at exit (``drop_shared_notes``; ``desched.bench.pool.exit_now``
+    too, which skips the interpreter's exit hooks)."""
+    if os.environ.get(NOTES_SEEN_ENV):
+        return
+    import atexit
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="desched-notes-")
+    os.close(fd)
+    os.environ[NOTES_SEEN_ENV] = path
+    _MADE_NOTES.append((os.getpid(), path))
+    atexit.register(drop_shared_notes)
+
+
+def drop_shared_notes() -> None:
+    """Remove the notes file this process made (``share_notes``), if any."""
+    while _MADE_NOTES:
+        pid, path = _MADE_NOTES.pop()
+        if pid == os.getpid():
+            Path(path).unlink(missing_ok=True)
+
+
+def _first_to_say(line: str) -> bool:
+    """Whether ``line`` was not yet said by this process, nor (where ``share_notes`` named a
+    file) by a process sharing it; marks it said."""
+    if line in _NOTED:
+        return False
+    _NOTED.add(line)
+    shared = os.environ.get(NOTES_SEEN_ENV)
+    if not shared:
+        return True
+    try:
+        import fcntl
+
+        with open(shared, "a+", encoding="utf-8") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)  # two processes reading one log at once
+            f.seek(0)
+            if line in f.read().splitlines():
+                return False
+            f.write(line + "\n")
+            return True
+    except (ImportError, OSError):  # no file locks here, or the file is gone: per process
+        return True
 
 
 def note_dropped(report: SwfReport) -> None:
     """One line on stderr when the import dropped jobs (``report.summary()``): a log imported
-    on the fly says what it left out, as ``desched import-swf`` does; once per process for
-    the same words (a bench that reads one log for several steps says it once)."""
+    on the fly says what it left out, as ``desched import-swf`` does; once for the same words
+    in a process and in the processes sharing its notes (``share_notes``: a bench that reads
+    one log for several steps, or on several of its pool's processes, says it once)."""
     line = f"note: {report.summary()}"
-    if report.dropped_total and line not in _NOTED:
-        _NOTED.add(line)
+    if report.dropped_total and _first_to_say(line):
         print(line, file=sys.stderr, flush=True)

@@ -151,6 +151,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _notes_not_shared_between_tests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with no file of notes said (``desched.swf.share_notes``, which a test
+    that starts a pool calls in this process): a note one test's processes said is said
+    again in the next test's, as a command's would be."""
+    monkeypatch.setenv("DESCHED_NOTES_SEEN", "")
+
+
+@pytest.fixture(autouse=True)
 def _prefect_workers_stopped() -> Iterator[None]:
     """After a test that ran a flow in this process, Prefect's events and log workers are
     drained and stopped. Left running, the events worker's websocket sends a keepalive ping

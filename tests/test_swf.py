@@ -242,3 +242,40 @@ def test_an_swf_log_is_known_by_its_suffix_in_any_case(tmp_path: Path) -> None:
     assert read_trace_or_swf(upper).height == 3
     assert log_stem(upper) == "LOG" and log_stem("x/LANL-CM5.swf.gz") == "LANL-CM5"
     assert log_stem("x/run.parquet") == "run.parquet"
+
+
+def test_a_dropped_jobs_note_is_said_once_between_processes_sharing_notes(
+    tmp_path: Path,
+) -> None:
+    """A command and its pool's processes (``share_notes``: the environment names the file
+    of notes said) say an SWF import's note once between them; a process of its own says it
+    again; with ``share_notes`` the file is made and named for the children."""
+    import os
+    import subprocess
+    import sys
+
+    from desched.swf import NOTES_SEEN_ENV
+
+    log = write_swf(tmp_path)
+    read = ("import sys; from desched.swf import read_trace_or_swf; "
+            f"read_trace_or_swf({str(log)!r})")
+
+    def said(env: dict[str, str]) -> int:
+        run = subprocess.run([sys.executable, "-c", read], env=env, capture_output=True,
+                             text=True, check=True)
+        return run.stderr.count("note: ")
+
+    alone = {k: v for k, v in os.environ.items() if k != NOTES_SEEN_ENV}
+    assert [said(alone), said(alone)] == [1, 1]  # each process on its own
+    shared = {**alone, NOTES_SEEN_ENV: str(tmp_path / "seen")}
+    assert [said(shared), said(shared), said(shared)] == [1, 0, 0]
+    other = {**alone, NOTES_SEEN_ENV: str(tmp_path / "other")}
+    assert said(other) == 1
+    # share_notes names a fresh file for the processes this one starts from now on
+    make = ("import os; from desched.swf import share_notes, NOTES_SEEN_ENV; share_notes(); "
+            "p = os.environ[NOTES_SEEN_ENV]; print(p, os.path.isfile(p), flush=True)")
+    for end in ("", "; from desched.bench.pool import exit_now; exit_now()"):
+        made = subprocess.run([sys.executable, "-c", make + end], env=alone,
+                              capture_output=True, text=True, check=True).stdout.split()
+        # removed at that process's exit, also one that skips the exit hooks (exit_now)
+        assert made[1] == "True" and not Path(made[0]).exists(), end

@@ -49,6 +49,9 @@ def exit_now() -> None:
     import logging
     import sys
 
+    swf = sys.modules.get("desched.swf")
+    if swf is not None:  # the exit hooks do not run: the notes file it made goes now
+        swf.drop_shared_notes()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -163,6 +166,9 @@ class Pool:
         from concurrent.futures import ProcessPoolExecutor
         from multiprocessing import get_context
 
+        from desched.swf import share_notes
+
+        share_notes()  # a note (jobs an SWF import dropped) said once between the processes
         executor = ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"),
                                        initializer=_in_background)
         self._background.append(executor)
@@ -173,6 +179,9 @@ class Pool:
             from concurrent.futures import ProcessPoolExecutor
             from multiprocessing import get_context
 
+            from desched.swf import share_notes
+
+            share_notes()  # a note said once between this process and the pool's
             self._executor = ProcessPoolExecutor(max_workers=self.jobs,
                                                  mp_context=get_context("spawn"),
                                                  initializer=_ends_quickly)
