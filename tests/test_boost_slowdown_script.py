@@ -73,6 +73,26 @@ def test_on_a_skewed_queue_the_guard_fires_and_both_twins_agree() -> None:
         assert _decisions(tasks, False, workers) == _decisions(tasks, True, workers)
 
 
+def _rated(cls: type[BoostSlowdown | BoostSlowdownNaive], tasks: TaskTable, first: int,
+           starved: str, workers: int) -> BoostSlowdown | BoostSlowdownNaive:
+    """A policy given the ``first`` tasks at 0 s, all dispatched; the ``starved`` tenants'
+    completing at 100 s, the others' at 10 s (each ran 10 s: bounded slowdowns 10 and 1);
+    then the remaining tasks pushed at 202 s."""
+    policy = cls(tasks, cls.Params(workers=workers))
+    for i in range(first):
+        policy.push(i, 0.0)
+    order = [policy.pop(0.0) for _ in range(first)]
+    late = [i for i in order if tasks.tenant_names[tasks.tenant[i]] in starved]
+    for i in order:
+        if i not in late:
+            policy.complete(i, 10.0, 10.0)
+    for i in late:
+        policy.complete(i, 100.0, 10.0)
+    for i in range(first, len(tasks.task_id)):
+        policy.push(i, 202.0)
+    return policy
+
+
 def test_the_guard_serves_the_starved_tenants_oldest_task() -> None:
     # a's four finished tasks ran 10 s and ended at 100 s (bounded slowdown 10), b's and c's
     # ended at 10 s (1): a is rated 10 against a typical 4, above 2 x 4, so at 202 s a's
@@ -85,18 +105,7 @@ def test_the_guard_serves_the_starved_tenants_oldest_task() -> None:
     tasks = make_tasks(*rows)
     seconds = []
     for cls in (BoostSlowdown, BoostSlowdownNaive):
-        policy = cls(tasks, cls.Params(workers=4))
-        for i in range(12):
-            policy.push(i, 0.0)
-        order = [policy.pop(0.0) for _ in range(12)]
-        a = [i for i in order if tasks.tenant_names[tasks.tenant[i]] == "a"]
-        for i in order:
-            if i not in a:
-                policy.complete(i, 10.0, 10.0)
-        for i in a:
-            policy.complete(i, 100.0, 10.0)
-        for i in (12, 13, 14):
-            policy.push(i, 202.0)
+        policy = _rated(cls, tasks, first=12, starved="a", workers=4)
         assert tasks.task_id[policy.pop(202.0)] == "t12", cls  # a's oldest
         if isinstance(policy, BoostSlowdown):  # a has a running guard task: no guard now
             assert policy._guard_choice() is None
@@ -127,18 +136,7 @@ def test_the_guard_holds_at_most_half_the_workers() -> None:
     n = len(rows) - 3
     picks = []
     for cls in (BoostSlowdown, BoostSlowdownNaive):
-        policy = cls(tasks, cls.Params(workers=2))
-        for i in range(n):
-            policy.push(i, 0.0)
-        order = [policy.pop(0.0) for _ in range(n)]
-        starved = [i for i in order if tasks.tenant_names[tasks.tenant[i]] in "ad"]
-        for i in order:
-            if i not in starved:
-                policy.complete(i, 10.0, 10.0)
-        for i in starved:
-            policy.complete(i, 100.0, 10.0)
-        for i in (n, n + 1, n + 2):
-            policy.push(i, 202.0)
+        policy = _rated(cls, tasks, first=n, starved="ad", workers=2)
         first = tasks.task_id[policy.pop(202.0)]
         assert first == f"t{n}", cls  # a's task: a and d tie at 10, a has the smaller code
         picks.append([first, tasks.task_id[policy.pop(202.0)]])
