@@ -68,7 +68,8 @@ def group_means(frame: pl.DataFrame, keys: list[str], column: str,
     rows = frame.select(*keys).with_row_index("_row")
     groups = (rows.group_by(keys).agg(pl.col("_row").min().alias("_first"))
               .sort("_first").drop("_first").with_row_index("_code"))
-    code = rows.join(groups, on=keys, how="left", maintain_order="left")["_code"].to_numpy()
+    code = rows.join(groups, on=keys, how="left", maintain_order="left",
+                     nulls_equal=True)["_code"].to_numpy()  # a null key is a group too
     values = frame[column].cast(pl.Float64).to_numpy()
     total = np.bincount(code, weights=values, minlength=groups.height)
     count = np.bincount(code, minlength=groups.height)

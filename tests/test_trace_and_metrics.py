@@ -212,3 +212,7 @@ def test_group_means_sum_each_group_in_row_order_like_a_plain_loop() -> None:
     assert got.columns == ["tenant", "task_type", "m"]
     assert list(zip(got["tenant"], got["task_type"], strict=True)) == list(totals)
     assert got["m"].to_list() == [totals[k] / counts[k] for k in totals]
+    # a null key is a group of its own, as in polars' group-by
+    nulls = group_means(pl.DataFrame({"t": ["a", None, "a", None], "d": [1.0, 2.0, 3.0, 5.0]}),
+                        ["t"], "d")
+    assert nulls.rows() == [("a", 2.0), (None, 3.5)]
