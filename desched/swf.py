@@ -353,9 +353,9 @@ def _first_to_say(line: str) -> bool:
     try:
         import fcntl
 
-        with open(shared, "a+", encoding="utf-8") as f:
+        # "r+": a file its maker already removed is not made again (and left behind)
+        with open(shared, "r+", encoding="utf-8") as f:
             fcntl.flock(f, fcntl.LOCK_EX)  # two processes reading one log at once
-            f.seek(0)
             if line in f.read().splitlines():
                 return False
             f.write(line + "\n")

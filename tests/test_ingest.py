@@ -83,11 +83,12 @@ BAD_LOG: list[Any] = [
     "this is not json",                                       # 12 malformed_record
     completion(13, 4.0, "t3", task_type="app12"),             # 13 good (an SWF task type)
     decision(14, 4.0, "t6"),                                  # 14 good
+    decision(15, 4.5, " "),                                   # 15 missing_key (blank task_id)
 ]
 BAD_LINES = {
     3: "bad_type", 4: "missing_key", 5: "unknown_kind", 6: "missing_value",
     7: "non_positive_duration", 8: "unknown_task_type", 9: "time_out_of_order",
-    10: "duplicate_id", 11: "duplicate_id", 12: "malformed_record",
+    10: "duplicate_id", 11: "duplicate_id", 12: "malformed_record", 15: "missing_key",
 }
 
 
@@ -158,7 +159,7 @@ def test_every_kind_of_bad_row_ends_in_quarantine_with_its_rule_and_file(prefect
     assert dict(zip(quarantined["row_in_file"], quarantined["rule"])) == BAD_LINES
     assert set(quarantined["source"]) == {str(log)}
     assert summary.quarantined_by_rule == {
-        "bad_type": 1, "missing_key": 1, "unknown_kind": 1, "missing_value": 1,
+        "bad_type": 1, "missing_key": 2, "unknown_kind": 1, "missing_value": 1,
         "non_positive_duration": 1, "unknown_task_type": 1, "time_out_of_order": 1,
         "duplicate_id": 2, "malformed_record": 1,
     }

@@ -20,6 +20,7 @@ from desched.policies.boost_predicted import (
 from desched.simulator import simulate
 from desched.trace import TaskTable
 from tests.builders import T, examples, make_frame
+from tests.test_policy_contract import requeue_ops
 
 _times = st.integers(0, 40).map(lambda x: x / 2)
 _sizes = st.integers(1, 12).map(lambda x: x / 2)
@@ -166,3 +167,24 @@ def test_fair_boost_honours_weights_in_its_charges():
     simulate(tasks, policy, 1, engine="python")
     state = policy.state()
     assert state is not None and state["counter"] == {"a": 2.0, "b": 4.0}
+
+
+@pytest.mark.parametrize("name", ["boost-predicted", "boost-lanes", "boost-ledger", "fair-boost"])
+@settings(max_examples=examples(150), deadline=None)
+@given(data=st.data(), tasks=quantile_workloads(), params=_params, run=requeue_ops)
+def test_a_task_taken_out_of_order_then_handed_back_decides_as_the_naive_twin(
+    name: str, data: st.DataObject, tasks: TaskTable, params: dict[str, str],
+    run: list[object],
+) -> None:
+    """The service's memory-fit dispatch ``take``s a task that is not the boost order's
+    first, and a lease that expires hands it back with a boost of its new push: the fast
+    class's heap entry from its first push must not come back to life (it did: a small
+    ``window`` re-solves γ between the pushes)."""
+    from tests.test_policy_contract import FitDriver, memory_needs
+
+    mem = data.draw(memory_needs(tasks))
+    fast, naive = make_policy(name, tasks, params), make_policy(name, tasks, params, naive=True)
+    d_fast, d_naive = FitDriver(tasks, mem), FitDriver(tasks, mem)
+    for op in [*run, *[1] * (2 * len(tasks))]:
+        assert d_fast.step(fast, op) == d_naive.step(naive, op)  # type: ignore[arg-type]
+    assert len(fast) == len(naive) == 0

@@ -16,7 +16,8 @@ from desched.policies import make_policy
 from desched.policies.guarded_sjf import units
 from desched.simulator import simulate
 from desched.trace import TaskTable
-from tests.builders import T, make_tasks, workloads
+from tests.builders import T, examples, make_tasks, workloads
+from tests.test_policy_contract import requeue_ops
 
 
 def order(tasks: TaskTable, name: str, params: dict[str, str] | None, workers: int) -> list[int]:
@@ -175,3 +176,25 @@ def test_bad_parameters_are_refused(bad):
     with pytest.raises(DeschedError, match="guarded-sjf"):
         make_policy("guarded-sjf", tasks, bad)
     assert math.isfinite(units(1.0))
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(data=st.data(), tasks=workloads(), a=st.sampled_from(["0", "1", "20"]),
+       beta=st.sampled_from(["1", "1.5"]), run=requeue_ops)
+def test_a_task_taken_out_of_order_then_handed_back_decides_as_the_naive_twin(
+    data: st.DataObject, tasks: TaskTable, a: str, beta: str, run: list[object],
+) -> None:
+    """A task dispatched while not at the top of both heaps (a pop by size, a ``take`` of the
+    memory-fit dispatch) leaves a heap entry behind; a lease that expires hands it back with
+    a new deadline: the old entry must not come back to life (it did, and made the task due
+    early)."""
+    from tests.test_policy_contract import FitDriver, memory_needs
+
+    params = {"a": a, "beta": beta}
+    mem = data.draw(memory_needs(tasks))
+    fast = make_policy("guarded-sjf", tasks, params)
+    naive = make_policy("guarded-sjf", tasks, params, naive=True)
+    d_fast, d_naive = FitDriver(tasks, mem), FitDriver(tasks, mem)
+    for op in [*run, *[1] * (2 * len(tasks))]:
+        assert d_fast.step(fast, op) == d_naive.step(naive, op)  # type: ignore[arg-type]
+    assert len(fast) == len(naive) == 0

@@ -267,10 +267,15 @@ def test_a_dropped_jobs_note_is_said_once_between_processes_sharing_notes(
 
     alone = {k: v for k, v in os.environ.items() if k != NOTES_SEEN_ENV}
     assert [said(alone), said(alone)] == [1, 1]  # each process on its own
+    (tmp_path / "seen").touch()  # as share_notes makes it
     shared = {**alone, NOTES_SEEN_ENV: str(tmp_path / "seen")}
     assert [said(shared), said(shared), said(shared)] == [1, 0, 0]
+    (tmp_path / "other").touch()
     other = {**alone, NOTES_SEEN_ENV: str(tmp_path / "other")}
     assert said(other) == 1
+    # a file its maker already removed: each process says it, and none makes it again
+    gone = {**alone, NOTES_SEEN_ENV: str(tmp_path / "gone")}
+    assert [said(gone), said(gone)] == [1, 1] and not (tmp_path / "gone").exists()
     # share_notes names a fresh file for the processes this one starts from now on
     make = ("import os; from desched.swf import share_notes, NOTES_SEEN_ENV; share_notes(); "
             "p = os.environ[NOTES_SEEN_ENV]; print(p, os.path.isfile(p), flush=True)")

@@ -323,11 +323,26 @@ class BoostPredicted(Policy):
         self.by_key: list[tuple[float, float, int]] = []
         self.by_due: list[tuple[float, float, int]] = []
         self.dead = 0
+        self.stale: dict[int, int] = {}
+        """Heap entries still held for each task that left the queue (lazy deletion): a
+        task pushed again (a lease that expired) has them purged first, or its old keys
+        would count as live beside its new ones."""
 
     def __len__(self) -> int:
         return len(self.keys)
 
+    def _purge(self, i: int) -> None:
+        """Drop the heap entries left by ``i``'s earlier time in the queue: O(n), on a
+        handed-back task only."""
+        self.dead -= self.stale.pop(i)
+        self.by_key = [e for e in self.by_key if e[2] != i]
+        self.by_due = [e for e in self.by_due if e[2] != i]
+        heapq.heapify(self.by_key)
+        heapq.heapify(self.by_due)
+
     def push(self, i: int, now: float) -> None:
+        if i in self.stale:
+            self._purge(i)
         est = self.estimator
         est.pushed(i)
         s = self.tasks.submit_s[i]
@@ -340,11 +355,15 @@ class BoostPredicted(Policy):
             heapq.heappush(self.by_due, (d, s, i))
 
     def _clean(self) -> None:
-        keys = self.keys
+        keys, stale = self.keys, self.stale
         for heap in (self.by_key, self.by_due):
             while heap and heap[0][2] not in keys:
-                heapq.heappop(heap)
+                i = heapq.heappop(heap)[2]
                 self.dead -= 1
+                if stale[i] == 1:
+                    del stale[i]
+                else:
+                    stale[i] -= 1
 
     def _winner(self, now: float) -> int:
         if self.by_due and self.by_due[0][0] <= now:
@@ -358,7 +377,9 @@ class BoostPredicted(Policy):
 
     def _leave(self, i: int) -> None:
         _, _, d = self.keys.pop(i)
-        self.dead += 2 if d != math.inf else 1
+        entries = 2 if d != math.inf else 1
+        self.dead += entries
+        self.stale[i] = self.stale.get(i, 0) + entries
         if self.dead > 2 * len(self.keys) + 64:
             keys = self.keys
             self.by_key = [e for e in self.by_key if e[2] in keys]
@@ -366,6 +387,7 @@ class BoostPredicted(Policy):
             heapq.heapify(self.by_key)
             heapq.heapify(self.by_due)
             self.dead = 0
+            self.stale.clear()
         else:
             self._clean()
 
@@ -416,6 +438,7 @@ class BoostPredicted(Policy):
         heapq.heapify(self.by_key)
         heapq.heapify(self.by_due)
         self.dead = 0
+        self.stale.clear()
 
 
 class LazyWalk:

@@ -239,11 +239,26 @@ class GuardedSjf(GuardState, Policy):
         self.by_deadline: list[tuple[float, float, int]] = []
         self.by_size: list[tuple[float, float, int]] = []
         self.dead = 0
+        self.stale: dict[int, int] = {}
+        """Heap entries still held for each task that left the queue (lazy deletion): a
+        task pushed again (a lease that expired) has them purged first, or its old deadline
+        would count as live beside its new one."""
 
     def __len__(self) -> int:
         return len(self.queued)
 
+    def purge(self, i: int) -> None:
+        """Drop the heap entries left by ``i``'s earlier time in the queue: O(n), on a
+        handed-back task only."""
+        self.dead -= self.stale.pop(i)
+        self.by_deadline = [e for e in self.by_deadline if e[2] != i]
+        self.by_size = [e for e in self.by_size if e[2] != i]
+        heapq.heapify(self.by_deadline)
+        heapq.heapify(self.by_size)
+
     def push(self, i: int, now: float) -> None:
+        if i in self.stale:
+            self.purge(i)
         p = self.tasks.predicted_s[i]
         u = units(p)
         d = self.deadline[i] = self.deadline_of(u, self.queued_work, self.params)
@@ -256,11 +271,15 @@ class GuardedSjf(GuardState, Policy):
     def clean(self) -> None:
         """Pop the dead entries off the top of both heaps, so that each top is a queued task
         (or the heap is empty) and a walk (``pop_sequence``) starts at a live entry."""
-        queued = self.queued
+        queued, stale = self.queued, self.stale
         for heap in (self.by_deadline, self.by_size):
             while heap and heap[0][2] not in queued:
-                heapq.heappop(heap)
+                i = heapq.heappop(heap)[2]
                 self.dead -= 1
+                if stale[i] == 1:
+                    del stale[i]
+                else:
+                    stale[i] -= 1
 
     def winner(self) -> int:
         d, _, i = self.by_deadline[0]
@@ -280,6 +299,7 @@ class GuardedSjf(GuardState, Policy):
         self.queued_work -= u
         del self.deadline[i]
         self.dead += 2
+        self.stale[i] = self.stale.get(i, 0) + 2
         if self.dead > 2 * len(self.queued) + 64:
             self.compact()
         else:
@@ -294,6 +314,7 @@ class GuardedSjf(GuardState, Policy):
         heapq.heapify(self.by_deadline)
         heapq.heapify(self.by_size)
         self.dead = 0
+        self.stale.clear()
 
     def take(self, i: int, now: float) -> None:
         late = self.lateness_s(i)
@@ -343,3 +364,4 @@ class GuardedSjf(GuardState, Policy):
                         for i in self.queued]
         heapq.heapify(self.by_size)
         self.dead = 0
+        self.stale.clear()

@@ -32,6 +32,7 @@ import polars as pl
 from desched.errors import DeschedError
 from desched.warehouse.ledger import FileReport
 from desched.warehouse.rules import (
+    BLANK,
     COMMON_COLUMNS,
     COMPLETION_REQUIRED,
     COMPLETION_STATUSES,
@@ -40,6 +41,7 @@ from desched.warehouse.rules import (
     GX_COLUMNS,
     KEY_COLUMNS,
     LOG_KINDS,
+    NAMED_KEYS,
     NON_NEGATIVE_COLUMNS,
     ROW_RULES,
     Rule,
@@ -67,6 +69,9 @@ def build_suite(task_types: TaskTypes) -> Any:
         gxe.ExpectColumnValuesToBeNull(column="bad_type_columns", meta=tag(Rule.BAD_TYPE)),
         *[gxe.ExpectColumnValuesToNotBeNull(column=c, meta=tag(Rule.MISSING_KEY))
           for c in KEY_COLUMNS],
+        *[gxe.ExpectColumnValuesToNotMatchRegex(column=c, regex=BLANK,
+                                                meta=tag(Rule.MISSING_KEY))
+          for c in NAMED_KEYS],
         gxe.ExpectColumnValuesToBeInSet(
             column="kind", value_set=list(LOG_KINDS), meta=tag(Rule.UNKNOWN_KIND)
         ),

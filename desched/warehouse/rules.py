@@ -17,7 +17,7 @@ then a row-local test, and each one exists in two forms that must agree row for 
   to it (``GxAuditor``).
 
 Null handling matches GX's: a null value breaks ``missing_key``/``missing_value`` only; the
-other rules ignore nulls. A value that does not convert is both ``bad_type`` and missing.
+other rules ignore nulls. An empty or blank ``task_id`` or ``tenant`` is a ``missing_key`` too. A value that does not convert is both ``bad_type`` and missing.
 
 Beyond types, the rules hold what a discrete-event simulation (or the live service) cannot
 produce: an infinite time or amount, a duration <= 0, a negative wait, queue length or memory,
@@ -179,6 +179,12 @@ class TaskTypes:
         return cls(tuple(names), tuple(patterns))
 
 
+NAMED_KEYS = ("task_id", "tenant")
+"""Key columns that hold names: empty or blank is as missing as null (the trace validator
+refuses them, so a row ingested with one could not be trained on)."""
+BLANK = r"^\s*$"
+
+
 def _is(kind: str) -> pl.Expr:
     return pl.col("kind") == kind
 
@@ -203,7 +209,8 @@ def rule_exprs(task_types: TaskTypes) -> dict[Rule, pl.Expr]:
     completion = _is("completion")
     exprs = {
         Rule.BAD_TYPE: pl.col("bad_type_columns").is_not_null(),
-        Rule.MISSING_KEY: _any_null(KEY_COLUMNS),
+        Rule.MISSING_KEY: _any_null(KEY_COLUMNS) | pl.any_horizontal(
+            [pl.col(c).str.contains(BLANK).fill_null(False) for c in NAMED_KEYS]),
         Rule.UNKNOWN_KIND: pl.col("kind").is_not_null() & ~pl.col("kind").is_in(LOG_KINDS),
         Rule.MISSING_VALUE: _any_null(COMMON_COLUMNS)
         | (_is("decision") & _any_null(DECISION_REQUIRED))

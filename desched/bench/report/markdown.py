@@ -107,12 +107,13 @@ FINDINGS: tuple[Callable[[Report], list[str]], ...] = (q1_findings, q2_findings,
 
 
 def ran_for(t: Timing) -> str:
-    """How long the demo ran: from the command's start where known (what a user waits),
-    with the flow's own seconds beside it."""
+    """How long the demo ran: from its process's start where known (what a user of
+    ``desched demo`` waits, Prefect's local server starting before the flow), with the
+    flow's own seconds beside it."""
     if t.process_s is None:
         return f"{fmt(t.total_s, 0)} s"
-    return (f"{fmt(t.process_s, 0)} s from the command's start to this report "
-            f"({fmt(t.total_s, 0)} s in its flow, after Prefect's local server started)")
+    return (f"{fmt(t.process_s, 0)} s from its process's start to this report "
+            f"({fmt(t.total_s, 0)} s in its flow)")
 
 
 def title_section(r: Report) -> list[str]:
