@@ -57,6 +57,7 @@ from pydantic import Field
 
 from desched.policies.base import MAX_WEIGHT, NaivePolicy, Policy, PolicyParams
 from desched.structures.exp2 import expd, expd_array, fast_expd
+from desched.structures.heaps import without_task
 from desched.trace import TaskTable
 
 LN2, LN5, LN10 = math.log(2.0), math.log(5.0), math.log(10.0)
@@ -335,10 +336,8 @@ class BoostPredicted(Policy):
         """Drop the heap entries left by ``i``'s earlier time in the queue: O(n), on a
         handed-back task only."""
         self.dead -= self.stale.pop(i)
-        self.by_key = [e for e in self.by_key if e[2] != i]
-        self.by_due = [e for e in self.by_due if e[2] != i]
-        heapq.heapify(self.by_key)
-        heapq.heapify(self.by_due)
+        self.by_key = without_task(self.by_key, i)
+        self.by_due = without_task(self.by_due, i)
 
     def push(self, i: int, now: float) -> None:
         if i in self.stale:

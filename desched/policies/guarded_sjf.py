@@ -27,6 +27,7 @@ from pydantic import Field
 
 from desched.policies.base import MAX_WEIGHT, NaivePolicy, Policy
 from desched.policies.learnable import LearnableParams, Range, SearchSpace
+from desched.structures.heaps import without_task
 from desched.trace import TaskTable
 
 UNITS_PER_S = 1000
@@ -251,10 +252,8 @@ class GuardedSjf(GuardState, Policy):
         """Drop the heap entries left by ``i``'s earlier time in the queue: O(n), on a
         handed-back task only."""
         self.dead -= self.stale.pop(i)
-        self.by_deadline = [e for e in self.by_deadline if e[2] != i]
-        self.by_size = [e for e in self.by_size if e[2] != i]
-        heapq.heapify(self.by_deadline)
-        heapq.heapify(self.by_size)
+        self.by_deadline = without_task(self.by_deadline, i)
+        self.by_size = without_task(self.by_size, i)
 
     def push(self, i: int, now: float) -> None:
         if i in self.stale:

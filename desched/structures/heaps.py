@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import heapq
 from typing import Any
+
+
+def without_task(heap: list[tuple[Any, ...]], i: int) -> list[tuple[Any, ...]]:
+    """A ``heapq`` heap of ``(key, tiebreak, task)`` entries with every entry of task ``i``
+    left out, heapified: O(n), for the rare purge of a lazily deleted task's leftovers (a
+    task handed back, which would otherwise find its old entries alive)."""
+    kept = [e for e in heap if e[2] != i]
+    heapq.heapify(kept)
+    return kept
 
 
 def heap_delete(heap: list[Any], j: int) -> None:
