@@ -10,10 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from desched.policies.base import Policy
+from desched.policies.fsp_predicted import FspPredicted, FspPredictedNaive
 from desched.simulator import simulate
 from desched.trace import TaskTable
 from desched.workloads import generate
-from scripts.fsp_predicted import FspP90, FspP90Naive, FspPredicted, FspPredictedNaive
+from scripts.fsp_predicted import FspP90, FspP90Naive
 from tests.builders import T, examples, make_tasks
 from tests.test_duration_withheld import poisoned, with_quantiles
 from tests.test_policy_boost import quantile_workloads
@@ -105,3 +106,20 @@ def test_the_pessimistic_label_takes_the_p90_only_where_it_is_at_least_the_predi
     for i in range(3):
         p.push(i, 0.0)
     assert [p.pop(0.0) for _ in range(3)] == [1, 2, 0]
+
+
+@pytest.mark.parametrize("cls", [FspPredicted, FspPredictedNaive])
+def test_a_withdrawn_task_leaves_the_trace_the_policy_declares(cls: type[FspPredicted]) -> None:
+    # a: 10 s at 0, b: 10 s at 0, withdrawn at 4; c: 1 s at 8. One virtual server: with b,
+    # V = 2 at 4 s (two tasks at 1/2), then 6 at 8 s (a alone): g_c = 7. Without b, V = 8.
+    assert cls.withdrawal_leaves_trace
+    tasks = make_tasks(T("a", 0, 10, 10), T("b", 0, 10, 10), T("c", 8, 1, 1))
+    with_b, without = cls(tasks, cls.Params(workers=1)), cls(tasks, cls.Params(workers=1))
+    with_b.push(0, 0.0)
+    with_b.push(1, 0.0)
+    with_b.remove(1, 4.0)
+    with_b.push(2, 8.0)
+    without.push(0, 0.0)
+    without.push(2, 8.0)
+    assert with_b.pop(8.0) == without.pop(8.0) == 2
+    assert (with_b.score, without.score) == (7.0, 9.0)

@@ -24,6 +24,7 @@ reference time and computes the current one for the few that could be the larges
 and ifs-predicted adds O(log n) for its heaps); vtc and fair-sjf scan the K
 backlogged tenants (the policy objects keep a heap, O(log K)), cheap for the thousand
 tenants of the scenarios; hrrn-predicted the kinetic tournament's amortised O(log^2 n);
+fsp-predicted O(log n) plus O(log n) per task leaving its virtual system (two heaps);
 boost-predicted O(log n) amortised (two heaps, entries of started tasks dropped at the
 tops), boost-lanes the same plus O(1) amortised for the oldest queued task (a pointer over
 the arrival order, ``desched.kernels.source_lanes``), boost-ledger boost-lanes' plus O(log B)
@@ -117,6 +118,10 @@ def _ifsp_sizes(n: int, nt: int, p: Any = None) -> dict[str, int]:
             "ih": nt, "fa": n, "fb": n, "fc": n, "fd": n, "fe": nt, "fg": nt}
 
 
+def _fsp_sizes(n: int, nt: int, p: Any = None) -> dict[str, int]:
+    return {"ia": n, "ib": n, "fa": n, "fb": n, "fc": n, "fd": n, "fe": 2}
+
+
 def _hrrn_sizes(n: int, nt: int, p: Any = None) -> dict[str, int]:
     cap = max(16, 1 << max(0, (n - 1).bit_length()))  # the most the tree grows to
     return {"ia": 2 * cap, "ib": 2 * cap, "ic": 2 * cap, "fa": 2 * cap, "id_": cap, "ie": n,
@@ -176,6 +181,7 @@ KERNELS: dict[str, KernelSpec] = {
     "fair-boost": KernelSpec("fboost", _boost_prm, _fboost_sizes),
     "boost-lanes": KernelSpec("lanes", _boost_prm, _lanes_sizes),
     "boost-ledger": KernelSpec("ledger", _ledger_prm, _lanes_sizes, _ledger_sizes),
+    "fsp-predicted": KernelSpec("fsp", lambda p: [float(p.workers)], _fsp_sizes),
 }
 """Policy name -> its kernel. Only the registered fast class of that name runs here."""
 

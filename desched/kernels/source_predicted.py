@@ -360,3 +360,70 @@ def hrrn_pop(t: float, submit: F64, pred: F64, sc: I64, ia: I64, ib: I64, ic: I6
 
 def hrrn_complete(i: int, t: float) -> None:
     pass
+
+
+# fsp-predicted: the queue a heap by (finish, submit, position) (fa, fb, ia; sc[1] its size),
+# the virtual system a heap of finishes (fc; fd 0.0 and ib the task for its ties, which no
+# decision reads; sc[2] its size), sc[3] the tasks running, sc[4] the most at once; fe[0] the
+# virtual clock V, fe[1] its real time; prm[0] the workers parameter (0: sc[4], at least 1)
+
+
+def fsp_init(n: int, sc: I64, fe: F64) -> None:
+    for j in range(1, 5):
+        sc[j] = 0
+    fe[0] = 0.0
+    fe[1] = 0.0
+
+
+def fsp_advance(now: float, prm: F64, sc: I64, ib: I64, fc: F64, fd: F64, fe: F64) -> None:
+    w = prm[0]
+    if w == 0.0:
+        w = float(max(sc[4], 1))
+    v = fe[0]
+    t = fe[1]
+    while True:
+        if sc[2] == 0:
+            t = now
+            break
+        n = float(sc[2])
+        rate = 1.0 if n <= w else w / n
+        g = fc[0]
+        dt = (g - v) / rate
+        partial = t + dt > now
+        if partial:
+            v = v + (now - t) * rate
+            t = now
+        else:
+            v = g
+            t = t + dt
+        while sc[2] > 0 and fc[0] <= v:
+            sc[2] = task_pop(fc, fd, ib, 0, sc[2])
+        if partial:
+            break
+    fe[0] = v
+    fe[1] = t
+
+
+def fsp_push(i: int, t: float, pred: F64, submit: F64, prm: F64, sc: I64, ia: I64, ib: I64,
+             fa: F64, fb: F64, fc: F64, fd: F64, fe: F64) -> None:
+    fsp_advance(t, prm, sc, ib, fc, fd, fe)
+    p = pred[i]
+    s = p if (p >= 0.0 and p < math.inf) else 0.0
+    g = fe[0] + s
+    sc[2] = task_push(fc, fd, ib, 0, sc[2], g, 0.0, i)
+    sc[1] = task_push(fa, fb, ia, 0, sc[1], g, submit[i], i)
+
+
+def fsp_pop(t: float, prm: F64, sc: I64, ia: I64, ib: I64, fa: F64, fb: F64, fc: F64,
+            fd: F64, fe: F64, out: F64) -> int:
+    fsp_advance(t, prm, sc, ib, fc, fd, fe)
+    i = ia[0]
+    out[0] = fa[0]
+    sc[1] = task_pop(fa, fb, ia, 0, sc[1])
+    sc[3] += 1
+    sc[4] = max(sc[4], sc[3])
+    return int(i)
+
+
+def fsp_complete(i: int, t: float, sc: I64) -> None:
+    sc[3] -= 1

@@ -75,6 +75,7 @@ REGISTRY = Registry({
     "fair-boost": "fair_boost:FairBoost",
     "boost-lanes": "boost_lanes:BoostLanes",
     "boost-ledger": "boost_ledger:BoostLedger",
+    "fsp-predicted": "fsp_predicted:FspPredicted",
 })
 
 

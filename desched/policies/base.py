@@ -125,6 +125,10 @@ class Policy(ABC):
     """Whether a task's ``score`` and ``parts`` depend on the other queued tasks (maxima,
     backlogs); where not, the score a task gets in the pop sequence is the one ``take``
     gives, and ``pop_fitting_by_requeue`` needs no ``take``."""
+    withdrawal_leaves_trace: ClassVar[str] = ""
+    """Why a task pushed and withdrawn (``remove``) while its tenant stays queued changes the
+    decisions that follow; empty (every policy but one) where it does not, which the
+    contract suite checks."""
 
     def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
         self.tasks = tasks if self.clairvoyant() else tasks.without_durations()
