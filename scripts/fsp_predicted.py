@@ -60,8 +60,9 @@ virtual tasks in a heap by finish; its naive twin keeps lists and finds every mi
 scan; they share no rule code. Caps and priority levels work through the base class's
 ``pop_sequence`` on a copy.
 
-After the run (written after it; docs/deploy-policy.md, "FSP"). Neither variant ranks above
-``boost-predicted``: the held-back logs were not run on them. Fed the true sizes, FSP was
+After the run (written after it; docs/deploy-policy.md, "The Fair Sojourn Protocol on
+predicted sizes"). Neither variant ranks above ``boost-predicted``: the held-back logs were
+not run on them. Fed the true sizes, FSP was
 the best clairvoyant point on LLNL-Thunder and SDSC-Par, so ``fsp-predicted`` is registered
 (``desched.policies.fsp_predicted``, with a compiled kernel) to keep the frontier honest,
 and this script keeps only ``fsp-p90`` on it. Two things changed with the registration, both

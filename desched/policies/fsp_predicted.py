@@ -36,11 +36,14 @@ The rule:
 The virtual system depends only on the multiset of its finishes, so it is kept as a heap of
 floats: a task is in it exactly while ``g_i > V`` after an advance.
 
-What the judge found (docs/deploy-policy.md, "FSP"): fed the true sizes it is the best
-clairvoyant point on two development logs, so it raises the frontier there; on the model's
-predictions, which under-estimate most sizes, the virtual system drains early, nearly every
-queued task is late, and the order is close to first-come (little gain); on the p90 label
-(``scripts/fsp_predicted.py``) it is close to shortest-first (the tail and tenants harmed).
+What the judge found (docs/deploy-policy.md, "The Fair Sojourn Protocol on predicted
+sizes"): fed the true sizes it is the best clairvoyant point on LLNL-Thunder and SDSC-Par,
+so it raises the frontier there. On the model's predictions, whose mean is a third to four
+fifths of the true sizes' on the development logs, the virtual system runs far below the
+real load, its clock keeps pace with real time, and the order is close to first-come
+(little gain); on the p90 label (``scripts/fsp_predicted.py``) or with the labels scaled to
+the real load (``scripts/fsp_calibrated.py``) it is close to shortest-first (the tail and
+tenants harmed). Registered for the frontier, not recommended.
 """
 
 from __future__ import annotations
