@@ -75,3 +75,23 @@ def test_the_labels_scale_by_the_recorded_work_once_enough_tasks_completed(
         v = p.v if isinstance(p, FspCalibrated) else p.clock
         assert p.pop(100.0) == done
         assert p.score == v + factor * 2.0
+
+
+@pytest.mark.parametrize("cls", [FspCalibrated, FspCalibratedNaive])
+def test_a_calibration_that_overflows_gives_a_label_of_0_not_nan(
+        cls: type[FspCalibrated]) -> None:
+    # labels near 1e-310 that ran 1 s: the calibration is infinite, and inf * 0 is NaN,
+    # which had hung the fast class's virtual clock (a QA repro)
+    rows = [T("a", 0, 1, 1e-310)] * MIN_DONE + [T("a", 1, 1, 0.0), T("a", 2, 1, 1.0)]
+    tasks = make_tasks(*rows)
+    p = cls(tasks)
+    for i in range(MIN_DONE):
+        p.push(i, 0.0)
+    for _ in range(MIN_DONE):
+        p.complete(p.pop(0.0), 1.0, 1.0)
+    p.push(MIN_DONE, 1.0)
+    p.push(MIN_DONE + 1, 2.0)
+    # both labels are 0 (0 * inf and 1 * inf are not finite): each finish is the clock at its
+    # push, which stopped at the first tasks' common finish
+    assert p.pop(2.0) == MIN_DONE and p.score == 1e-310
+    assert p.pop(2.0) == MIN_DONE + 1 and p.score == 1e-310

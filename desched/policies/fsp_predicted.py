@@ -27,14 +27,18 @@ The rule:
 - *A task's virtual finish* ``g_i = V + s_i`` at its first push (after the advance); it
   joins the virtual system then and leaves it when ``V`` reaches ``g_i`` (or at its
   ``remove``), whatever happens to it in the real queue. A task pushed again (a lease that
-  expired) keeps its ``g_i`` and does not join the virtual system again.
+  expired) keeps its ``g_i`` and does not join the virtual system again. A task completed or
+  withdrawn while not queued is forgotten (a later push is a first push).
 - *Order*: the queued task with the smallest ``(g_i, submit_s, position)`` goes. Tasks that
   are *late* (``g_i <= V``: finished in the virtual system, still queued) therefore go first,
   oldest virtual finish first; without preemption FSPE+PS's sharing among late tasks has no
   counterpart. Score logged: the winner's ``g_i``.
 
 The virtual system depends only on the multiset of its finishes, so it is kept as a heap of
-floats: a task is in it exactly while ``g_i > V`` after an advance.
+floats: a task is in it exactly while ``g_i > V`` after an advance. A restart restores the
+clock, the virtual system and the queued and running tasks' finishes saved; a task queued
+since that save joins the virtual system as at a first push, and a task saved as running
+that is queued again counts as queued.
 
 What the judge found (docs/deploy-policy.md, "The Fair Sojourn Protocol on predicted
 sizes"): fed the true sizes it is the best clairvoyant point on LLNL-Thunder and SDSC-Par,
@@ -50,6 +54,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Collection, Iterator
 from typing import Any
 
 from pydantic import Field
@@ -143,10 +148,16 @@ class FspPredictedNaive(NaivePolicy):
         super().remove(i, now)
         if self.g[i] > self.clock:
             self.in_ps.remove(self.g[i])
+        self.forget(i)
+
+    def forget(self, i: int) -> None:
+        if i not in self.queue and i not in self.busy:
+            self.g.pop(i, None)
 
     def complete(self, i: int, now: float, duration_s: float) -> None:
         if i in self.busy:
             self.busy.remove(i)
+        self.forget(i)
 
     def state(self) -> dict[str, Any] | None:
         if not self.joined:
@@ -167,10 +178,14 @@ class FspPredictedNaive(NaivePolicy):
         self.most = int(state["workers_seen"])
         self.in_ps = [float(x) for x in state["virtual"]]
         where = {tid: i for i, tid in enumerate(self.tasks.task_id)}
-        self.busy = [where[tid] for tid in state["running"] if tid in where]
+        self.busy = [where[tid] for tid in state["running"]
+                     if tid in where and where[tid] not in self.queue]
         self.g = {where[tid]: float(g) for tid, g in state["finish"].items() if tid in where}
         for i in self.queue:
-            self.g.setdefault(i, self.clock + self.size(i))
+            if i not in self.g:  # queued since the save: a first push
+                self.g[i] = self.clock + self.size(i)
+                self.in_ps.append(self.g[i])
+                self.joined += 1
 
 
 class FspPredicted(Policy):
@@ -179,8 +194,9 @@ class FspPredicted(Policy):
     State: the virtual clock and its real time, the tasks that joined the virtual system,
     its finishes, the queued and running tasks' finishes, the running tasks and the most seen at once (``state()``, for a restart).
     Cost: O(log n) per push and pop plus O(log n) per task leaving the virtual system (two
-    heaps); ``take`` and ``remove`` O(n) to find the entry. Score logged: the winner's
-    virtual finish ``g_i``.
+    heaps); ``take`` and ``remove`` O(n) to find the entry; ``pop_fitting`` a lazy walk of
+    the queue's heap, O((s + 1) log n) for s refused. Score logged: the winner's virtual
+    finish ``g_i``.
     """
 
     name = "fsp-predicted"
@@ -195,6 +211,7 @@ class FspPredicted(Policy):
     def __init__(self, tasks: TaskTable, params: FspParams | None = None) -> None:
         super().__init__(tasks, params)
         self.heap: list[tuple[float, float, int]] = []
+        self.queued: set[int] = set()
         self.finish: dict[int, float] = {}
         self.virtual: list[float] = []
         self.v = 0.0
@@ -241,8 +258,10 @@ class FspPredicted(Policy):
             heapq.heappush(self.virtual, g)
             self.pushed += 1
         heapq.heappush(self.heap, (g, self.tasks.submit_s[i], i))
+        self.queued.add(i)
 
     def dispatched(self, i: int) -> None:
+        self.queued.discard(i)
         self.running.add(i)
         self.peak = max(self.peak, len(self.running))
         self.score = self.finish[i]
@@ -262,17 +281,41 @@ class FspPredicted(Policy):
         self.advance(now)
         g = self.finish[i]
         heap_delete(self.heap, self.heap.index((g, self.tasks.submit_s[i], i)))
+        self.queued.discard(i)
         if g > self.v:
             heap_delete(self.virtual, self.virtual.index(g))
+        if i not in self.running:
+            del self.finish[i]
 
     def complete(self, i: int, now: float, duration_s: float) -> None:
         self.running.discard(i)
+        if i not in self.queued:
+            self.finish.pop(i, None)
+
+    def pop_sequence(self, now: float, skip: Collection[int] = ()) -> Iterator[int]:
+        """Successive pops from the current state, without the tasks of the tenant codes in
+        ``skip``: a pop moves the virtual clock but never the order, which is fixed at push,
+        so this walks the queue's heap lazily without touching it (O(log k) per task for the
+        first k) instead of popping a copy of the policy."""
+        heap, tenant = self.heap, self.tasks.tenant
+        frontier = [(heap[0], 0)] if heap else []
+        while frontier:
+            entry, j = heapq.heappop(frontier)
+            for c in (2 * j + 1, 2 * j + 2):
+                if c < len(heap):
+                    heapq.heappush(frontier, (heap[c], c))
+            if not skip or tenant[entry[2]] not in skip:
+                yield entry[2]
+
+    def pop_fitting(self, now, fits, limit=None):  # type: ignore[no-untyped-def]
+        """The lazy walk of ``pop_sequence`` and a ``take`` of the winner."""
+        return self.pop_fitting_by_walk(now, fits, limit)
 
     def state(self) -> dict[str, Any] | None:
         if not self.pushed:
             return None
         ids = self.tasks.task_id
-        queued = [entry[2] for entry in self.heap]
+        queued = sorted(self.queued)
         return {
             "clock": [self.v, self.t],
             "joined": self.pushed,
@@ -289,12 +332,16 @@ class FspPredicted(Policy):
         self.virtual = [float(x) for x in state["virtual"]]
         heapq.heapify(self.virtual)
         position = {tid: i for i, tid in enumerate(self.tasks.task_id)}
-        self.running = {position[tid] for tid in state["running"] if tid in position}
-        saved = {position[tid]: float(g) for tid, g in state["finish"].items()
-                 if tid in position}
         queued = [entry[2] for entry in self.heap]
-        self.finish = {**saved, **{i: self.v + self.label(i) for i in queued
-                                   if i not in saved}}
+        self.running = {position[tid] for tid in state["running"]
+                        if tid in position} - self.queued
+        self.finish = {position[tid]: float(g) for tid, g in state["finish"].items()
+                       if tid in position}
+        for i in queued:
+            if i not in self.finish:  # queued since the save: a first push
+                g = self.finish[i] = self.v + self.label(i)
+                heapq.heappush(self.virtual, g)
+                self.pushed += 1
         s = self.tasks.submit_s
         self.heap = [(self.finish[i], s[i], i) for i in queued]
         heapq.heapify(self.heap)
