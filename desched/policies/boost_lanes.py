@@ -49,11 +49,8 @@ from collections.abc import Collection, Iterator
 from typing import Any
 
 from desched.policies.base import PolicyParams
-from desched.policies.boost_predicted import (
-    BoostPredicted,
-    BoostPredictedNaive,
-    LazyWalk,
-)
+from desched.policies.boost_predicted import BoostPredicted, BoostPredictedNaive
+from desched.structures.heaps import LazyWalk
 from desched.trace import TaskTable
 
 

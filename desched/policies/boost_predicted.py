@@ -49,7 +49,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -57,7 +57,7 @@ from pydantic import Field
 
 from desched.policies.base import MAX_WEIGHT, NaivePolicy, Policy, PolicyParams
 from desched.structures.exp2 import expd, expd_array, fast_expd
-from desched.structures.heaps import without_task
+from desched.structures.heaps import LazyWalk, without_task
 from desched.trace import TaskTable
 
 LN2, LN5, LN10 = math.log(2.0), math.log(5.0), math.log(10.0)
@@ -438,28 +438,6 @@ class BoostPredicted(Policy):
         heapq.heapify(self.by_due)
         self.dead = 0
         self.stale.clear()
-
-
-class LazyWalk:
-    """The live entries of a ``heapq`` list of tuples ending in a task position, in heap
-    order, without touching it: O(log k) per entry for the first k."""
-
-    def __init__(self, heap: Sequence[tuple[Any, ...]], live: Collection[int]) -> None:
-        self.heap = heap
-        self.live = live
-        self.frontier: list[tuple[tuple[Any, ...], int]] = [(heap[0], 0)] if heap else []
-
-    def peek(self, gone: set[int]) -> tuple[Any, ...] | None:
-        heap, frontier = self.heap, self.frontier
-        while frontier:
-            entry, j = frontier[0]
-            if entry[-1] in self.live and entry[-1] not in gone:
-                return entry
-            heapq.heappop(frontier)
-            for c in (2 * j + 1, 2 * j + 2):
-                if c < len(heap):
-                    heapq.heappush(frontier, (heap[c], c))
-        return None
 
 
 # -- the naive twin: written from the module docstring again, sharing no code above ---------

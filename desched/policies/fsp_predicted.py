@@ -60,7 +60,7 @@ from typing import Any
 from pydantic import Field
 
 from desched.policies.base import NaivePolicy, Policy, PolicyParams
-from desched.structures.heaps import heap_delete
+from desched.structures.heaps import LazyWalk, heap_delete
 from desched.trace import TaskTable
 
 
@@ -297,13 +297,11 @@ class FspPredicted(Policy):
         ``skip``: a pop moves the virtual clock but never the order, which is fixed at push,
         so this walks the queue's heap lazily without touching it (O(log k) per task for the
         first k) instead of popping a copy of the policy."""
-        heap, tenant = self.heap, self.tasks.tenant
-        frontier = [(heap[0], 0)] if heap else []
-        while frontier:
-            entry, j = heapq.heappop(frontier)
-            for c in (2 * j + 1, 2 * j + 2):
-                if c < len(heap):
-                    heapq.heappush(frontier, (heap[c], c))
+        tenant = self.tasks.tenant
+        walk = LazyWalk(self.heap, self.queued)
+        gone: set[int] = set()
+        while (entry := walk.peek(gone)) is not None:
+            gone.add(entry[2])
             if not skip or tenant[entry[2]] not in skip:
                 yield entry[2]
 

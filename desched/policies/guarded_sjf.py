@@ -27,7 +27,7 @@ from pydantic import Field
 
 from desched.policies.base import MAX_WEIGHT, NaivePolicy, Policy
 from desched.policies.learnable import LearnableParams, Range, SearchSpace
-from desched.structures.heaps import without_task
+from desched.structures.heaps import LazyWalk, without_task
 from desched.trace import TaskTable
 
 UNITS_PER_S = 1000
@@ -182,28 +182,6 @@ class GuardedSjfNaive(NaivePolicy):
                 self.due_at[i] = float(saved[tid])
 
 
-class _HeapWalk:
-    """The live entries of a ``heapq`` list in heap order, lazily, without touching it:
-    O(log k) per entry for the first k."""
-
-    def __init__(self, heap: list[tuple[Any, ...]], live: Any) -> None:
-        self.heap = heap
-        self.live = live
-        self.frontier: list[tuple[tuple[Any, ...], int]] = [(heap[0], 0)] if heap else []
-
-    def peek(self, gone: set[int]) -> tuple[Any, ...] | None:
-        heap, frontier = self.heap, self.frontier
-        while frontier:
-            entry, j = frontier[0]
-            if entry[-1] in self.live and entry[-1] not in gone:
-                return entry
-            heapq.heappop(frontier)
-            for c in (2 * j + 1, 2 * j + 2):
-                if c < len(heap):
-                    heapq.heappush(frontier, (heap[c], c))
-        return None
-
-
 class GuardedSjf(GuardState, Policy):
     """Shortest predicted first, with a first-come-turn guard on a work clock (module
     docstring).
@@ -332,8 +310,8 @@ class GuardedSjf(GuardState, Policy):
         tenant = self.tasks.tenant
         clock = self.clock
         gone: set[int] = set()
-        by_deadline = _HeapWalk(self.by_deadline, self.queued)
-        by_size = _HeapWalk(self.by_size, self.queued)
+        by_deadline = LazyWalk(self.by_deadline, self.queued)
+        by_size = LazyWalk(self.by_size, self.queued)
         while len(gone) < len(self.queued):
             due = by_deadline.peek(gone)
             assert due is not None

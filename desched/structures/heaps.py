@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+from collections.abc import Collection, Sequence
 from typing import Any
 
 
@@ -39,3 +40,31 @@ def heap_delete(heap: list[Any], j: int) -> None:
             break
         heap[j], heap[child] = heap[child], heap[j]
         j = child
+
+
+class LazyWalk:
+    """The live entries of a ``heapq`` list of tuples ending in a task position, in heap
+    order, without touching the list: O(log k) per entry for the first k.
+
+    An entry is live while its task is in ``live`` and not in the ``gone`` set passed to
+    ``peek``; the caller adds the task it takes to ``gone``, and dead entries (tasks that
+    left a lazily deleted heap) are passed over. The walk keeps a frontier heap of
+    ``(entry, index)`` pairs: popping an entry pushes its two children in the list."""
+
+    def __init__(self, heap: Sequence[tuple[Any, ...]], live: Collection[int]) -> None:
+        self.heap = heap
+        self.live = live
+        self.frontier: list[tuple[tuple[Any, ...], int]] = [(heap[0], 0)] if heap else []
+
+    def peek(self, gone: Collection[int]) -> tuple[Any, ...] | None:
+        """The smallest entry whose task is live and not in ``gone``, or None."""
+        heap, frontier = self.heap, self.frontier
+        while frontier:
+            entry, j = frontier[0]
+            if entry[-1] in self.live and entry[-1] not in gone:
+                return entry
+            heapq.heappop(frontier)
+            for c in (2 * j + 1, 2 * j + 2):
+                if c < len(heap):
+                    heapq.heappush(frontier, (heap[c], c))
+        return None
