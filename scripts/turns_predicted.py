@@ -58,6 +58,12 @@ one list of queued tasks and one of tickets and finds every minimum by a scan; t
 no rule code. Caps and priority levels work through the base class's ``pop_sequence`` on a
 copy. Not honoured: tenant weights (the candidate has none). The ticket lists grow with the
 tasks pushed (a registered version would trim those below every tenant's turn).
+
+After the run (written after it; docs/deploy-policy.md, "First-come turns for the tenants").
+Rejected: ``guard`` 0 keeps every promise on 1 of 6 workloads and is under the gain floor on
+LLNL-Thunder and SDSC-Par; ``guard`` 16 keeps them on 3 of 6 and is under the floor on all
+four logs. Jain's index held on every log without the guard, as expected; the p99 broke
+(1.33-2.46x), and so did SDSC-Par's worst tenant (3.30x). The held-back logs were not run.
 """
 
 from __future__ import annotations
