@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 import desched.bench.judge as jd
-from desched.bench.online import OnlineLabels
+from desched.bench.online import LABEL_COLUMNS, OnlineLabels
 from desched.bench.verdicts import case_table, run_labels
 from desched.models.features import HISTORY, with_history
 from desched.policies import make_policy
@@ -68,6 +68,30 @@ def reference_history(case: jd.Case, end_s: np.ndarray) -> np.ndarray:
     })
     both = with_history(pl.concat([before, run], how="vertical_relaxed"))
     return both[k:].select(HISTORY).to_numpy()
+
+
+@pytest.mark.parametrize("which", ["case", "tied"])
+def test_the_seed_labels_in_one_call_are_the_labels_each_arrival_would_get_bit_for_bit(
+        request: pytest.FixtureRequest, which: str) -> None:
+    # online_frame's labels (nothing of the run has ended): one forest call per model over
+    # every row, against arrive(i, -inf) task by task, the per-row reference
+    case: jd.Case = request.getfixturevalue(which)
+    assert case.online is not None and case.online.seed
+    batch, loop = case_table(case), case_table(case)
+    for table in (batch, loop):
+        for c in LABEL_COLUMNS:
+            getattr(table, c)[:] = [math.nan] * len(table)
+    OnlineLabels(case.online, batch).seed_labels()
+    labels = OnlineLabels(case.online, loop)
+    for i in range(len(loop)):
+        labels.arrive(i, -math.inf)
+    seen = {(loop.tenant_names[loop.tenant[i]], case.online.task_type[i])
+            for i in range(len(loop))}
+    assert any(labels.history.values(*key) is not None for key in seen)  # history is read
+    for c in LABEL_COLUMNS:
+        got, want = np.array(getattr(batch, c)), np.array(getattr(loop, c))
+        assert np.unique(want).size > 10 and not np.isnan(want).any()
+        assert got.tobytes() == want.tobytes()
 
 
 @pytest.mark.parametrize("which", ["case", "tied"])

@@ -270,9 +270,7 @@ def online_frame(result: Any, frame: pl.DataFrame, from_row: int = 0
     online = OnlineModel.of(result, static, test["task_type"].to_list(), seed)
     test = test.drop([c for c in PREDICTED_COLUMNS if c in test.columns])
     table = TaskTable.from_frame(test.with_columns(pl.lit(math.nan).alias("predicted_s")))
-    labels = OnlineLabels(online, table)
-    for i in range(test.height):
-        labels.arrive(i, -math.inf)  # nothing of the run has ended: the seed history alone
+    OnlineLabels(online, table).seed_labels()  # nothing of the run has ended: the seed alone
     return test.with_columns([pl.Series(c, getattr(table, c)) for c in
                               PREDICTED_COLUMNS if c in online.models]), online
 

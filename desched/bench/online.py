@@ -271,6 +271,28 @@ class OnlineLabels:
         """Task ``i`` of this run finished at ``t`` (completions come in time order)."""
         self.pending.append((t, i))
 
+    def seed_labels(self) -> None:
+        """Every task's labels from the seed history alone, as ``arrive(i, -inf)`` for each
+        ``i`` in turn writes them (nothing of the run has ended), in one forest call per
+        model over all the rows: a task's row differs from the static one only by its
+        (tenant, type)'s history values, looked up once per pair. The same compiled code
+        runs on each row and the same ``math.exp`` and ``max`` follow, so the labels are
+        bit for bit ``arrive``'s (tests/test_online_labels.py)."""
+        tasks = self.tasks
+        names, tenant = tasks.tenant_names, tasks.tenant
+        rows = np.array(self.static, dtype=np.float64, order="C", copy=True)
+        looked: dict[tuple[str, str], tuple[float, ...] | None] = {}
+        for i in range(len(tasks)):
+            key = (names[tenant[i]], self.task_type[i])
+            if key not in looked:
+                looked[key] = self.history.values(*key)
+            values = looked[key]
+            if values is not None:
+                rows[i, self.at:self.at + len(values)] = values
+        for column, (_, forest, log_target) in zip(self.columns, self.forests):
+            raw = forest.predict(rows).tolist()
+            column[:] = [max(math.exp(r) if log_target else r, MIN_PREDICTION_S) for r in raw]
+
     def arrive(self, i: int, t: float) -> None:
         """Task ``i`` arrives at ``t``: its labels, from the history of what ended before."""
         pending = self.pending
