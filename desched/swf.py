@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import sys
 import zlib
 from dataclasses import dataclass, field
@@ -154,6 +155,19 @@ def _read_text(path: Path) -> str:
     return raw.decode("latin-1")
 
 
+def split_lines(text: str) -> list[str]:
+    r"""The lines of ``text``, ended by ``\n``, ``\r\n`` or ``\r`` only (``str.splitlines``
+    also breaks at form feeds, U+0085 and other separators, which a latin-1 read of a
+    Windows-1252 comment holds: a fake line, and every later line number off by one)."""
+    lines = _LINE_END.split(text)
+    if lines and lines[-1] == "":
+        lines.pop()  # the file's last line break ends a line, it does not start one
+    return lines
+
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
 _MAX_EXACT = float(2**53)
 """Where float64 stops holding every whole number (2^53 + 1 reads as 2^53): an integer field
 (an id, a count) at or past it is malformed, not rounded into another job's id or
@@ -205,7 +219,7 @@ def import_swf(path: str | Path) -> tuple[pl.DataFrame, SwfReport]:
     """
     path = Path(path)
     text = _read_text(path)
-    lines = pl.Series("text", text.splitlines(), pl.String)
+    lines = pl.Series("text", split_lines(text), pl.String)
     stripped = lines.str.strip_chars()
     header = stripped.str.starts_with(";")
     blank = stripped.str.len_chars() == 0

@@ -195,3 +195,11 @@ def test_import_swf_says_when_no_job_has_a_user_id(tmp_path):
     result = CliRunner().invoke(cli, ["import-swf", str(users), "--out",
                                       str(tmp_path / "b.parquet")])
     assert result.exit_code == 0 and "user id" not in result.stderr
+    # simulate on the log itself says it as import-swf does (a QA pass: it said nothing)
+    result = CliRunner().invoke(cli, ["simulate", "--trace", str(nouser), "--policy", "fifo",
+                                      "--workers", "2", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert "no job has a user id" in result.stderr
+    result = CliRunner().invoke(cli, ["simulate", "--trace", str(users), "--policy", "fifo",
+                                      "--workers", "2", "--out", str(tmp_path / "run2")])
+    assert result.exit_code == 0 and "user id" not in result.stderr

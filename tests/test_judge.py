@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from desched.bench import judge as jd
 from desched.bench.judge_cases import Case, rescale_to_load
 from desched.cli import cli
+from desched.errors import DeschedError
 
 
 @pytest.fixture(autouse=True)
@@ -312,6 +313,8 @@ def test_desched_judge_refuses_bad_logs_and_an_unknown_scenario_before_any_work(
         (["--logs", str(tmp_path / "again")], f"error: --logs: {tmp_path / 'again'}: a folder"),
         (["--logs", f"{log},{same_name}"],
          f"error: --logs: {log} and {same_name} both name the log 's' in the tables"),
+        (["--logs", f"{log},{tmp_path / 'again' / '..' / 's.swf'}"],  # judged twice (QA)
+         f"error: --logs: {tmp_path / 'again' / '..' / 's.swf'}: named twice"),
         (["--logs", log, "--scenarios", "steady,nosuch"],
          "error: --scenarios: unknown scenario 'nosuch' (scenarios: "),
     ):
@@ -421,6 +424,61 @@ def test_a_log_whose_test_part_arrives_at_one_instant_says_no_load_was_applied(
     assert load_note(case) in said
     assert load_note(case) == ("burst: every test task is submitted at one instant, so no load "
                                "could be applied (the log's own arrivals are kept)")
+
+
+def test_a_test_part_submitted_within_a_moment_runs_on_capped_workers_and_says_so(
+    tmp_path: Path,
+) -> None:
+    # The last 30 % within 3 ms for hours of work: the log's own time scale asked for
+    # millions of workers, nothing queued and every policy kept every promise in silence
+    # (a QA pass). Capped at one worker per 10 tasks, the submissions are spread instead.
+    from desched.bench.judge_cases import TASKS_PER_WORKER, cap_note, prepare_log
+
+    lines = ["; the test part submitted within a moment"]
+    for j in range(1, 1001):
+        submit = j * 60 if j <= 700 else 50_000 + (j - 700) * 1e-5
+        lines.append(" ".join(str(f) for f in [j, submit, 0, 300 + j % 7 * 100, 1, -1, -1, 1,
+                                               2000, -1, 1, 1 + j % 4, 1, 1, 1, -1, -1, -1]))
+    log = tmp_path / "moment.swf"
+    log.write_text("\n".join(lines) + "\n")
+    said: list[str] = []
+    case = prepare_log(log, cache_dir=tmp_path / "cache", progress=said.append)
+    assert case.workers == 300 // TASKS_PER_WORKER == 30
+    assert case.workers_wanted is not None and case.workers_wanted > 1_000_000
+    note = cap_note(case)
+    assert note is not None and note in said and "nothing would queue" in note
+    span = float(case.frame["submit_s"].max())  # type: ignore[arg-type]
+    work = float(case.frame["duration_s"].sum())
+    assert work / (span * case.workers) == pytest.approx(0.9)  # spread to the judge's load
+    cached = prepare_log(log, cache_dir=tmp_path / "cache")
+    assert (cached.workers, cached.workers_wanted) == (case.workers, case.workers_wanted)
+    result = jd.run_judge([case], policies=["sjf-predicted"])
+    jd.write_judge(result, tmp_path / "out")
+    assert note in (tmp_path / "out" / "judge.md").read_text()
+    # a log on its own time scale is not capped and says nothing of it
+    plain = small_case(tmp_path)
+    assert plain.workers_wanted is None and cap_note(plain) is None
+
+
+def test_a_log_too_short_for_the_judge_says_how_many_jobs_it_needs_and_where_they_went(
+    tmp_path: Path,
+) -> None:
+    from desched.bench.judge_cases import min_log_jobs, prepare_log
+    from desched.models.training import TrainSettings
+
+    assert min_log_jobs(0.7, TrainSettings()) == 40
+    text = write_swf(tmp_path / "src.swf", 60, 2).read_text().splitlines()
+    short = tmp_path / "short.swf"
+    short.write_text("\n".join(text[:40]) + "\n")  # the comment and 39 jobs
+    with pytest.raises(DeschedError, match=r"needs a log of at least 40 usable jobs .*"
+                                           r"it has 39 usable jobs"):
+        prepare_log(short, cache_dir=None)
+    reused = tmp_path / "reused.swf"  # every job number 1: all but one are duplicates
+    reused.write_text("\n".join([text[0], *("1 " + line.split(" ", 1)[1] for line in text[1:])])
+                      + "\n")
+    with pytest.raises(DeschedError, match=r"the import kept 1 of its 60 jobs \(dropped "
+                                           r"duplicate job 59\)"):
+        prepare_log(reused, cache_dir=None)
 
 
 def test_a_log_whose_fairness_promises_cannot_fail_says_so(tmp_path: Path) -> None:

@@ -228,6 +228,22 @@ def test_an_id_too_large_to_hold_exactly_is_a_malformed_line_not_an_error(tmp_pa
         (2, "malformed"), (3, "malformed"), (4, "malformed")]
 
 
+def test_lines_end_only_at_line_breaks_not_at_other_separators(tmp_path: Path) -> None:
+    # A Windows-1252 "..." (byte 0x85) in a comment, read as latin-1, is U+0085, at which
+    # str.splitlines breaks a line, as at a form feed: a comment's tail became a malformed
+    # job and every later line number moved by one (a QA pass). \r\n and \r still end lines.
+    path = tmp_path / "sep.swf"
+    path.write_bytes(b"; Installation: site\x85 local\n; Note:\x0c page two\r\n"
+                     + SMALL_SWF.split("\n", 3)[3].encode().replace(b"\n", b"\r", 2))
+    _, report = import_swf(path)
+    _, plain = import_swf(write_swf(tmp_path))
+    assert report.job_lines == plain.job_lines == 10
+    assert report.header_lines == plain.header_lines - 1 == 3  # two of the file's, the last
+    assert report.lines_read == plain.lines_read - 1
+    assert report.dropped == plain.dropped
+    assert report.rejected["line"].to_list() == [n - 1 for n in plain.rejected["line"].to_list()]
+
+
 def test_a_utf8_byte_order_mark_is_not_a_malformed_job(tmp_path: Path) -> None:
     path = tmp_path / "bom.swf"
     path.write_bytes(b"\xef\xbb\xbf" + SMALL_SWF.encode())

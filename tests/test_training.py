@@ -347,6 +347,33 @@ def test_the_training_data_loader_reads_the_warehouse_completions(tmp_path: Path
 # --- CLI -------------------------------------------------------------------------------------
 
 
+def test_predict_reads_an_swf_log_as_simulate_and_train_do(tmp_path: Path) -> None:
+    # `simulate` sends a user with an SWF log to `desched predict`, which took only Parquet
+    # (a QA pass): it imports the log as `import-swf` does, and never writes over it
+    from desched.swf import import_swf
+    from tests.test_judge import write_swf
+
+    runner = CliRunner()
+    log = write_swf(tmp_path / "small.swf", 400, 5)
+    reg = tmp_path / "models" / "duration"
+    res = runner.invoke(cli, ["train", "--trace", str(log), "--registry", str(reg),
+                              "--max-rounds", "30"])
+    assert res.exit_code == 0, res.output
+    parquet = write_trace(import_swf(log)[0], tmp_path / "imported.parquet")
+    outs = {}
+    for name, source in (("from-swf", log), ("from-parquet", parquet)):
+        outs[name] = tmp_path / f"{name}.parquet"
+        res = runner.invoke(cli, ["predict", "--registry", str(reg), "--trace", str(source),
+                                  "--out", str(outs[name])])
+        assert res.exit_code == 0, res.output
+    a, b = (pl.read_parquet(outs[k]) for k in ("from-swf", "from-parquet"))
+    assert a.height == 400 and a.equals(b)
+    res = runner.invoke(cli, ["predict", "--registry", str(reg), "--trace", str(log),
+                              "--out", str(log)])
+    assert res.exit_code == 2 and "the SWF log itself" in res.output
+    assert log.read_text().startswith("; synthetic log")
+
+
 def test_the_cli_trains_predicts_and_lists_models_end_to_end(tmp_path: Path) -> None:
     runner = CliRunner()
     trace = write_trace(small_trace(1500, seed=13), tmp_path / "trace.parquet")

@@ -61,6 +61,7 @@ from desched.bench.judge_cases import (
     Case,
     CaseInfo,
     Progress,
+    cap_note,
     default_logs,
     dropped_note,
     load_note,
@@ -314,7 +315,7 @@ def markdown(result: JudgeResult) -> str:
     if dropped:
         lines += [("Jobs the SWF import dropped, by reason (`desched import-swf` lists "
                    "them): " + "; ".join(dropped) + "."), ""]
-    for note in (n for c in result.cases if (n := load_note(c))):
+    for note in (n for c in result.cases if (n := load_note(c) or cap_note(c))):
         lines += [f"{note}.", ""]
     for note in vacuous_notes(result):
         lines += [f"{note}.", ""]

@@ -47,12 +47,21 @@ from desched.trace import MIN_PREDICTION_S
 if TYPE_CHECKING:
     from desched.bench.online import OnlineModel
 
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 """Bumped when the preparation changes, so that stale cache files are not read (2: the
 log's job count and its dropped jobs kept beside the test part; 3: the models and feature
-rows of predictions made during each run, ``desched.bench.online``)."""
+rows of predictions made during each run, ``desched.bench.online``; 4: the worker count
+capped at ``TASKS_PER_WORKER``)."""
 TRAIN_FRAC = 0.7
 LOAD = 0.9
+TASKS_PER_WORKER = 10
+"""A log's test part runs on at most one worker per this many of its tasks. ``workers_for``
+keeps the log's own time scale, and a test part submitted within a moment for hours of work
+would take more workers than tasks there: nothing would queue, every policy would be
+first-come and keep every promise (a QA pass found 3,364,845,946 workers for 1,200 tasks).
+Capped, its submissions are spread to the judge's load on the capped count instead
+(``workers_wanted`` and ``cap_note`` say so). No bundled log comes near it (the most is one
+worker per 392 tasks, LLNL-Atlas's)."""
 SCENARIOS: tuple[str, ...] = ("steady", "flood")
 SCENARIO_TASKS = 20_000
 SCENARIO_WORKERS = 8
@@ -112,10 +121,13 @@ class CaseInfo(Record):
     """Job lines in the SWF file (None for a scenario)."""
     log_dropped: dict[str, int] | None = None
     """Jobs of the file the import dropped, per reason (``desched.swf.SwfReport.dropped``)."""
+    workers_wanted: int | None = None
+    """Where ``TASKS_PER_WORKER`` capped the worker count, the count the log's own time scale
+    asked for (None where it did not bind)."""
 
 
 CACHED = ("name", "kind", "source", "workers", "mean_train_duration_s", "model", "load",
-          "train_frac", "log_jobs", "log_dropped")
+          "train_frac", "log_jobs", "log_dropped", "workers_wanted")
 """The fields of ``CaseInfo`` a cached case keeps beside its test part (the rest are read
 off the frame)."""
 
@@ -144,6 +156,8 @@ class Case:
     """Job lines in the SWF file; the import kept ``log_jobs - sum(log_dropped)`` of them."""
     log_dropped: dict[str, int] | None = None
     """Jobs the import dropped, per reason (None for a scenario)."""
+    workers_wanted: int | None = None
+    """The worker count ``TASKS_PER_WORKER`` capped, where it did (``CaseInfo``)."""
     outcomes: dict[str, Any] = field(default_factory=dict, repr=False)
     tenants: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
     """(frame, sorted tenant names, each task's code): ``verdicts.case_tenants``' cache."""
@@ -172,12 +186,24 @@ class Case:
             train_frac=self.train_frac,
             log_jobs=self.log_jobs,
             log_dropped=self.log_dropped,
+            workers_wanted=self.workers_wanted,
         )
 
 
 def case_notes(case: Case | CaseInfo) -> list[str]:
-    """What a user should hear about a prepared case: ``dropped_note``, ``load_note``."""
-    return [note for note in (dropped_note(case), load_note(case)) if note]
+    """What a user should hear about a prepared case: ``dropped_note``, ``load_note``,
+    ``cap_note``."""
+    return [note for note in (dropped_note(case), load_note(case), cap_note(case)) if note]
+
+
+def cap_note(case: Case | CaseInfo) -> str | None:
+    """Where ``TASKS_PER_WORKER`` capped a log case's workers, a line that says so."""
+    if case.workers_wanted is None:
+        return None
+    return (f"{case.name}: its test part's own submission span would need "
+            f"{case.workers_wanted:,} workers for load {case.load:g} on {case.tasks:,} tasks, "
+            f"and nothing would queue; it runs on {case.workers:,} (one per "
+            f"{TASKS_PER_WORKER} tasks), its submissions spread to that load")
 
 
 def load_note(case: Case | CaseInfo) -> str | None:
@@ -282,6 +308,22 @@ def rescale_to_load(frame: pl.DataFrame, workers: int, load: float) -> pl.DataFr
         return frame
     offered = float(frame["duration_s"].sum()) / (span * workers)
     return frame.with_columns(pl.col("submit_s") * (offered / load))
+
+
+def min_log_jobs(train_frac: float, settings: Any) -> int:
+    """The fewest usable jobs a log needs for ``prepare_log``: its first ``train_frac`` must
+    hold ``desched.models.training``'s smallest train/valid/test split."""
+    from desched.models.training import Split
+
+    for n in range(2, 10**7):
+        cut = round(n * train_frac)
+        if 1 <= cut < n:
+            try:
+                Split.of(cut, settings.valid_frac, settings.test_frac)
+            except DeschedError:
+                continue
+            return n
+    raise DeschedError(f"no log is long enough for a training share of {train_frac}")
 
 
 def split_log(frame: pl.DataFrame, train_frac: float, source: str = "log"
@@ -397,14 +439,23 @@ def prepare_log(
     full = full.sort("submit_s", maintain_order=True)
     if max_tasks is not None:
         full = full.head(max_tasks)
-    train_part, _test_part = split_log(full, train_frac, str(path))
-    if progress:
-        progress(f"{name}: training on {train_part.height} tasks")
-    result = _train(train_part, str(path), settings)
+    try:
+        train_part, _test_part = split_log(full, train_frac, str(path))
+        if progress:
+            progress(f"{name}: training on {train_part.height} tasks")
+        result = _train(train_part, str(path), settings)
+    except DeschedError as exc:  # too few tasks: say how many jobs it takes, and where the rest went
+        need = min_log_jobs(train_frac, settings)
+        dropped = ", ".join(f"{why} {n}" for why, n in report.dropped.items() if n)
+        kept = (f"the import kept {report.jobs_kept} of its {report.job_lines} jobs (dropped "
+                f"{dropped})" if dropped else f"it has {report.jobs_kept} usable jobs")
+        raise DeschedError(f"{exc}; the judge needs a log of at least {need} usable jobs "
+                           f"(it trains on the first {train_frac:.0%}), and {kept}") from None
     predicted, online = online_frame(result, full, from_row=train_part.height)
     t0 = float(predicted["submit_s"].min())  # type: ignore[arg-type]
     test = predicted.with_columns(pl.col("submit_s") - t0)
-    workers = workers_for(test, load)
+    wanted = workers_for(test, load)
+    workers = min(wanted, max(1, test.height // TASKS_PER_WORKER))
     # one instant: no span to rescale, the log's own arrivals are kept (``load_note``)
     applied = load if float(test["submit_s"].max()) > 0 else None  # type: ignore[arg-type]
     test = rescale_to_load(test, workers, load)
@@ -412,7 +463,8 @@ def prepare_log(
     case = Case(name=name, kind="log", source=str(path), frame=test, workers=workers,
                 mean_train_duration_s=float(train_part["duration_s"].mean()),  # type: ignore[arg-type]
                 model=model, load=applied, train_frac=train_frac, log_jobs=report.job_lines,
-                log_dropped=report.dropped, online=online)
+                log_dropped=report.dropped, online=online,
+                workers_wanted=wanted if wanted > workers else None)
     if base is not None:
         _write_cache(base, case)
     if progress:

@@ -116,7 +116,12 @@ def judge(logs: tuple[str, ...], which: str, scenarios: str, policies: tuple[str
             if not Path(p).is_file():
                 what = "a folder (name its log files)" if Path(p).is_dir() else "no such file"
                 raise DeschedError(f"--logs: {p}: {what}")
-            other = named.setdefault(log_name(Path(p)), p)
+            other = named.get(log_name(Path(p)))
+            if other is None:
+                named[log_name(Path(p))] = p
+                continue
+            if Path(other).resolve() == Path(p).resolve():
+                raise DeschedError(f"--logs: {p}: named twice (judge each log once)")
             if other != p:
                 raise DeschedError(f"--logs: {other} and {p} both name the log "
                                    f"{log_name(Path(p))!r} in the tables (rename one)")

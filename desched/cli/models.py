@@ -109,13 +109,14 @@ def train(db: Path | None, trace: Path | None, registry: Path, max_rounds: int, 
 @click.command()
 @REGISTRY_OPTION
 @click.option(
-    "--trace", type=click.Path(path_type=Path), required=True, help="Input trace Parquet."
+    "--trace", type=click.Path(path_type=Path), required=True,
+    help="Input trace Parquet, or an SWF log (.swf, .swf.gz), imported as import-swf does.",
 )
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
     required=True,
-    help="Output trace Parquet (the input plus the predictions; may equal --trace).",
+    help="Output trace Parquet (the input plus the predictions; may equal a Parquet --trace).",
 )
 def predict(registry: Path, trace: Path, out: Path) -> None:
     """Add predicted_s (the champion's predicted duration, seconds) to every task of a trace,
@@ -126,9 +127,12 @@ def predict(registry: Path, trace: Path, out: Path) -> None:
 
     from desched.cli.grammar import existing_folder
     from desched.models.duration import Predictor
-    from desched.trace import MIN_PREDICTION_S, QUANTILE_COLUMNS, read_trace, write_trace
+    from desched.swf import is_swf, read_trace_or_swf
+    from desched.trace import MIN_PREDICTION_S, QUANTILE_COLUMNS, write_trace
 
-    frame = read_trace(trace)  # refuse a bad or empty trace before loading the model
+    if is_swf(trace) and out.resolve() == trace.resolve():
+        raise click.UsageError(f"--out {out}: the SWF log itself; name a Parquet file")
+    frame = read_trace_or_swf(trace)  # refuse a bad or empty trace before loading the model
     predictor = Predictor.load(existing_folder(registry, "--registry"), quantiles=True)
     absent = [c for c in predictor.spec.size_features if c not in frame.columns]
     if absent:  # predicted as missing values: said, not silently

@@ -205,6 +205,14 @@ def scenario(
                f"(scenario {name}, seed {seed})")
 
 
+def note_no_user_ids(frame: Any, log: Path) -> None:
+    """A note on stderr where an SWF log's every kept job lacks a user id: one tenant."""
+    if frame["tenant"].n_unique() == 1 and frame["tenant"][0] == "unknown":
+        click.echo(f"note: {log}: no job has a user id (field 12 is -1 on every kept line): "
+                   "the trace is one tenant, 'unknown', and every fairness figure over tenants "
+                   "is trivial", err=True)
+
+
 @click.command("import-swf")
 @click.argument("log", type=click.Path(path_type=Path))
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
@@ -230,10 +238,7 @@ def import_swf(log: Path, out: Path, rejected: Path | None) -> None:
     frame, report = do_import(log)
     write_trace(frame, out)
     click.echo(f"{out}: {report.summary()}")
-    if frame["tenant"].n_unique() == 1 and frame["tenant"][0] == "unknown":
-        click.echo(f"note: {log}: no job has a user id (field 12 is -1 on every kept line): "
-                   "the trace is one tenant, 'unknown', and every fairness figure over tenants "
-                   "is trivial", err=True)
+    note_no_user_ids(frame, log)
     if rejected is not None:
         rejected.parent.mkdir(parents=True, exist_ok=True)
         report.rejected.write_parquet(rejected)
@@ -273,13 +278,15 @@ def simulate(
     """
     one_blas_thread()  # before the imports below load numpy
     from desched.controls import Controls
-    from desched.swf import read_trace_or_swf
+    from desched.swf import is_swf, read_trace_or_swf
 
     keep_freed_memory()
     fresh_folder(out, force)
     controls = None if tenants_file is None else Controls.read(tenants_file)
     name, params = policy_spec(policy)
     trace = read_trace_or_swf(trace_path)
+    if is_swf(trace_path):
+        note_no_user_ids(trace, trace_path)
     if controls is not None:
         absent = sorted(set(controls.tenants) - set(trace["tenant"].unique().to_list()))
         if absent:
