@@ -155,6 +155,9 @@ def _read_text(path: Path) -> str:
     return raw.decode("latin-1")
 
 
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
 def split_lines(text: str) -> list[str]:
     r"""The lines of ``text``, ended by ``\n``, ``\r\n`` or ``\r`` only (``str.splitlines``
     also breaks at form feeds, U+0085 and other separators, which a latin-1 read of a
@@ -163,9 +166,6 @@ def split_lines(text: str) -> list[str]:
     if lines and lines[-1] == "":
         lines.pop()  # the file's last line break ends a line, it does not start one
     return lines
-
-
-_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 _MAX_EXACT = float(2**53)

@@ -21,26 +21,30 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from desched.bench.judge_cases import Case
 
 DEV_LOGS = ("LANL-CM5-1994-4.1-cln", "LLNL-Thunder-2007-1.1-cln", "SDSC-Par-1996-3.1-cln",
             "Sandia-Ross-2001-1.1-cln")
 
 
-def label_means(case: object, policy: str) -> dict[str, float]:
+def label_means(case: Case, policy: str) -> dict[str, float]:
     """The ratios for one run of ``policy`` on judge case ``case`` (module docstring)."""
     from desched.bench.verdicts import case_table, run_labels
     from desched.policies import make_policy
     from desched.simulator import simulate
 
-    tasks = case_table(case)  # type: ignore[arg-type]
+    tasks = case_table(case)
     truth = np.asarray(tasks.duration_s, dtype=np.float64)
     run = make_policy(policy, tasks)
-    labels = run_labels(case, run, tasks)  # type: ignore[arg-type]
+    labels = run_labels(case, run, tasks)
     if labels is None:
         raise SystemExit(f"online_label_means: {policy} makes no labels as it runs")
-    simulate(tasks, run, case.workers, labels=labels)  # type: ignore[attr-defined]
+    simulate(tasks, run, case.workers, labels=labels)
     out: dict[str, float] = {}
     for column, key in (("predicted_s", "point"), ("predicted_p90_s", "p90")):
         if column in run.reads:

@@ -439,18 +439,18 @@ def prepare_log(
     full = full.sort("submit_s", maintain_order=True)
     if max_tasks is not None:
         full = full.head(max_tasks)
-    try:
-        train_part, _test_part = split_log(full, train_frac, str(path))
-        if progress:
-            progress(f"{name}: training on {train_part.height} tasks")
-        result = _train(train_part, str(path), settings)
-    except DeschedError as exc:  # too few tasks: say how many jobs it takes, and where the rest went
-        need = min_log_jobs(train_frac, settings)
+    need = min_log_jobs(train_frac, settings)
+    if full.height < need:  # say how many jobs it takes, and where the rest went
         dropped = ", ".join(f"{why} {n}" for why, n in report.dropped.items() if n)
         kept = (f"the import kept {report.jobs_kept} of its {report.job_lines} jobs (dropped "
                 f"{dropped})" if dropped else f"it has {report.jobs_kept} usable jobs")
-        raise DeschedError(f"{exc}; the judge needs a log of at least {need} usable jobs "
-                           f"(it trains on the first {train_frac:.0%}), and {kept}") from None
+        raise DeschedError(f"{path}: {full.height} usable task(s), too few: the judge needs a "
+                           f"log of at least {need} usable jobs (it trains on the first "
+                           f"{train_frac:.0%}), and {kept}")
+    train_part, _test_part = split_log(full, train_frac, str(path))
+    if progress:
+        progress(f"{name}: training on {train_part.height} tasks")
+    result = _train(train_part, str(path), settings)
     predicted, online = online_frame(result, full, from_row=train_part.height)
     t0 = float(predicted["submit_s"].min())  # type: ignore[arg-type]
     test = predicted.with_columns(pl.col("submit_s") - t0)
