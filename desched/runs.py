@@ -37,6 +37,8 @@ COMPLETION_COLUMNS = (
     "duration_s", "status", "peak_mem_mb",
 )
 LOG_KINDS = ("decision", "completion")
+RUN_FILES = ("tasks.parquet", "decisions.parquet", "decision-log.parquet", "summary.json")
+"""The files ``write_run`` writes in a run folder (the decision log unless left out)."""
 # zstd level 1: files within 1% of the default level's size, a quarter less CPU to write
 PARQUET_ZSTD_LEVEL = 1
 

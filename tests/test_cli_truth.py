@@ -107,6 +107,16 @@ def test_compare_reads_an_swf_log_directly(tmp_path: Path) -> None:
     assert "| fifo" in out and "| vtc" in out
 
 
+def test_compare_says_when_a_policy_is_named_twice_and_runs_it_once(tmp_path: Path) -> None:
+    code, out, err = invoke("compare", "--trace", str(write_swf(tmp_path / "s.swf")),
+                            "--policies", "fifo,vtc", "--policies", "fifo", "--workers", "2",
+                            "--out", str(tmp_path / "cmp"))
+    assert code == 0, err
+    assert "note: --policies names fifo more than once; each runs once" in err
+    assert len([line for line in out.splitlines() if line.startswith("| fifo |")]) == 1
+    assert sorted(p.name for p in (tmp_path / "cmp").iterdir() if p.is_dir()) == ["fifo", "vtc"]
+
+
 def test_simulate_refuses_a_run_folder_that_holds_files_unless_forced(tmp_path: Path) -> None:
     log = write_swf(tmp_path / "small.swf")
     out_dir = tmp_path / "run"
@@ -122,6 +132,40 @@ def test_simulate_refuses_a_run_folder_that_holds_files_unless_forced(tmp_path: 
     code, out, err = invoke(*args, "--force")
     assert code == 0, err
     assert (out_dir / "summary.json").read_text() != "{}"
+
+
+def test_force_never_writes_over_the_trace_a_run_reads(tmp_path: Path) -> None:
+    import polars as pl
+
+    first = tmp_path / "first"
+    assert invoke("simulate", "--trace", str(write_swf(tmp_path / "s.swf")), "--policy", "fifo",
+                  "--workers", "2", "--out", str(first))[0] == 0
+    trace = first / "tasks.parquet"  # a run's tasks, simulated again in place
+    before = trace.read_bytes()
+    (tmp_path / "cx" / "fifo").mkdir(parents=True)
+    in_compare = tmp_path / "cx" / "fifo" / "tasks.parquet"  # where compare's fifo run goes
+    in_compare.write_bytes(before)
+    for args in (
+        ["simulate", "--trace", str(trace), "--policy", "vtc", "--workers", "2",
+         "--out", str(first), "--force"],
+        ["simulate", "--trace", str(tmp_path / "." / "first" / "tasks.parquet"), "--policy",
+         "vtc", "--workers", "2", "--out", str(first), "--force"],
+        ["compare", "--trace", str(in_compare), "--policies", "vtc,fifo", "--workers", "2",
+         "--out", str(tmp_path / "cx"), "--force"],
+    ):
+        code, out, err = invoke(*args)
+        assert code == 2 and out == "" and err.count("\n") == 1, err
+        assert err.startswith(f"error: --trace {args[2]}: the command would write over it"), err
+    assert trace.read_bytes() == before and in_compare.read_bytes() == before
+    assert not (tmp_path / "cx" / "vtc").exists()  # refused before any run
+    (tmp_path / "keep").mkdir()
+    kept = tmp_path / "keep" / "trace.parquet"  # a trace beside a run's files is not one of them
+    kept.write_bytes(before)
+    code, _, err = invoke("simulate", "--trace", str(kept), "--policy", "vtc", "--workers", "2",
+                          "--out", str(kept.parent), "--force")
+    assert code == 0, err
+    assert kept.read_bytes() == before
+    assert pl.read_parquet(kept.parent / "tasks.parquet").height == 60
 
 
 def test_compare_refuses_a_used_folder_before_running_anything(tmp_path: Path) -> None:

@@ -66,6 +66,21 @@ def test_a_trace_column_named_like_a_log_column_is_kept_under_a_trace_prefix(tmp
     assert done["pages"].to_list() == [2, 9]
 
 
+def test_a_run_folder_holds_exactly_the_files_run_files_names(tmp_path):
+    from desched.runs import RUN_FILES, write_run
+    from tests.builders import make_frame
+
+    frame = make_frame(T("a", 0, 3), T("b", 1, 1))
+    tasks = make_tasks(T("a", 0, 3), T("b", 1, 1))
+    result = simulate(tasks, make_policy("fifo", tasks), 1)
+    write_run(tmp_path / "with", frame, result, components=(), params={}, seed=0)
+    write_run(tmp_path / "without", frame, result, components=(), params={}, seed=0,
+              decision_log=False)
+    assert sorted(p.name for p in (tmp_path / "with").iterdir()) == sorted(RUN_FILES)
+    assert sorted(p.name for p in (tmp_path / "without").iterdir()) == sorted(
+        set(RUN_FILES) - {"decision-log.parquet"})
+
+
 def test_runs_in_separate_processes_with_different_hash_seeds_decide_identically(tmp_path):
     import os
     import subprocess

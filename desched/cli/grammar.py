@@ -91,6 +91,19 @@ def os_reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
+def written_over(inputs: dict[str, Path | None], outputs: Iterable[Path]) -> None:
+    """A one-line error when a file a command is about to write is one of its ``inputs``
+    (``{option: path}``), whatever the path's spelling or links: ``--force`` replaces a run
+    folder's files, never the trace it was given."""
+    for option, source in inputs.items():
+        if source is None or not source.is_file():
+            continue
+        for path in outputs:
+            if path.is_file() and os.path.samefile(path, source):
+                raise DeschedError(f"{option} {source}: the command would write over it "
+                                   f"({path}); copy it elsewhere or give another --out")
+
+
 def not_the_input(out: Path, source: Path, option: str = "--out") -> Path:
     """``out``, unless it names the same file as ``source`` (which the write would destroy)."""
     if out.resolve() == source.resolve():

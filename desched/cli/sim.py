@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from desched.cli import exit_without_teardown
-from desched.cli.grammar import POLICY_SPEC_HELP, fresh_folder, policy_spec, split_specs
+from desched.cli.grammar import (
+    POLICY_SPEC_HELP,
+    fresh_folder,
+    policy_spec,
+    split_specs,
+    written_over,
+)
 from desched.cli.output import echo_markdown
 from desched.errors import DeschedError
 from desched.records import json_text
@@ -278,10 +284,13 @@ def simulate(
     """
     one_blas_thread()  # before the imports below load numpy
     from desched.controls import Controls
+    from desched.runs import RUN_FILES
     from desched.swf import is_swf, read_trace_or_swf
 
     keep_freed_memory()
     fresh_folder(out, force)
+    written_over({"--trace": trace_path, "--tenants": tenants_file},
+                 [out / name for name in RUN_FILES])
     controls = None if tenants_file is None else Controls.read(tenants_file)
     name, params = policy_spec(policy)
     trace = read_trace_or_swf(trace_path)
@@ -421,21 +430,29 @@ def compare(
     import re
 
     from desched.policies import check_reads
+    from desched.runs import RUN_FILES
     from desched.swf import read_trace_or_swf
 
-    specs = list(dict.fromkeys(split_specs(policies)))
+    named = split_specs(policies)
+    specs = list(dict.fromkeys(named))
     if not specs:
         raise DeschedError("--policies: no policy named")
+    if len(specs) < len(named):
+        twice = ", ".join(s for s in specs if named.count(s) > 1)
+        print(f"note: --policies names {twice} more than once; each runs once",
+              file=sys.stderr, flush=True)
     # refuse bad names, parameters and a used folder before running anything
     parsed = {spec: policy_spec(spec, "--policies") for spec in specs}
     fresh_folder(out, force)
+    run_dirs = {spec: out / re.sub(r"[^A-Za-z0-9._=+-]+", "_", spec) for spec in specs}
+    written_over({"--trace": trace_path},
+                 [out / "compare.json", out / "wait-over-time.png",
+                  *(folder / name for folder in run_dirs.values() for name in RUN_FILES)])
     trace = read_trace_or_swf(trace_path)
     for name, _ in parsed.values():  # and a policy the trace cannot feed, before any run
         check_reads(name, "predicted_s" in trace.columns)
     summaries: dict[str, RunSummary] = {}
-    run_dirs: dict[str, Path] = {}
     for spec, (name, params) in parsed.items():
-        run_dirs[spec] = out / re.sub(r"[^A-Za-z0-9._=+-]+", "_", spec)
         summaries[spec] = run_policy(trace, name, params, workers, run_dirs[spec], seed,
                                      window_s)
     tenants = top_tenants(next(iter(summaries.values())), n_tenants)
