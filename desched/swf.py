@@ -306,17 +306,18 @@ def log_stem(path: str | Path) -> str:
     return name
 
 
-def read_trace_or_swf(path: str | Path) -> pl.DataFrame:
+def read_trace_or_swf(path: str | Path, replacing: tuple[str, ...] = ()) -> pl.DataFrame:
     """A trace Parquet file, or an SWF log (``.swf``, ``.swf.gz``) imported as a trace (as
     ``desched import-swf`` does, without writing it; its ``swf_wait_s`` gives the history
-    features the jobs' real end times). Errors name the file."""
+    features the jobs' real end times). Errors name the file. ``replacing``: as
+    ``read_trace``'s."""
     if is_swf(path):
         frame, report = import_swf(path)
         if frame.height == 0:
             raise DeschedError(f"{path}: no usable job in this SWF log")
         note_dropped(report)
         return frame
-    return read_trace(path)
+    return read_trace(path, replacing)
 
 
 _NOTED: set[str] = set()

@@ -176,9 +176,11 @@ def validate_trace(frame: pl.DataFrame, source: str = "trace") -> pl.DataFrame:
     return frame
 
 
-def read_trace(path: str | Path) -> pl.DataFrame:
+def read_trace(path: str | Path, replacing: tuple[str, ...] = ()) -> pl.DataFrame:
     """Read and validate a trace Parquet file; errors name the file. A trace without a task
-    is refused: nothing can be simulated, trained or predicted on it."""
+    is refused: nothing can be simulated, trained or predicted on it. ``replacing``: columns
+    the caller is about to write anew (``desched predict``'s predictions), dropped unread, so
+    that bad values in them do not stop the command that replaces them."""
     path = Path(path)
     if not path.exists():
         raise DeschedError(f"{path}: no such trace file")
@@ -188,7 +190,7 @@ def read_trace(path: str | Path) -> pl.DataFrame:
         frame = pl.read_parquet(path)
     except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
         raise DeschedError(f"{path}: not a readable Parquet file ({type(exc).__name__})") from None
-    frame = validate_trace(frame, str(path))
+    frame = validate_trace(frame.drop(replacing, strict=False), str(path))
     if frame.height == 0:
         raise DeschedError(f"{path}: no tasks (0 rows); a trace needs at least one")
     return frame

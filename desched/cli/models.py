@@ -132,7 +132,9 @@ def predict(registry: Path, trace: Path, out: Path) -> None:
 
     if is_swf(trace) and out.resolve() == trace.resolve():
         raise click.UsageError(f"--out {out}: the SWF log itself; name a Parquet file")
-    frame = read_trace_or_swf(trace)  # refuse a bad or empty trace before loading the model
+    # refuse a bad or empty trace before loading the model; the predictions it may hold are
+    # replaced, whatever their values
+    frame = read_trace_or_swf(trace, replacing=("predicted_s", *QUANTILE_COLUMNS))
     predictor = Predictor.load(existing_folder(registry, "--registry"), quantiles=True)
     absent = [c for c in predictor.spec.size_features if c not in frame.columns]
     if absent:  # predicted as missing values: said, not silently
@@ -142,12 +144,12 @@ def predict(registry: Path, trace: Path, out: Path) -> None:
     if known and not frame["tenant"].is_in(list(known)).any():
         click.echo(f"note: no tenant of {trace} was in {predictor.version}'s training data; "
                    "its tasks are predicted without a tenant", err=True)
-    x = predictor.features_of(frame.drop(["predicted_s", *QUANTILE_COLUMNS], strict=False))
+    x = predictor.features_of(frame)
     # A duration is positive: guard the schema against a model that extrapolates below zero.
     columns = {"predicted_s": predictor.predict_batch(x)}
     for key, values in predictor.predict_quantiles(x).items():
         columns[f"predicted_{key}_s"] = values
-    frame = frame.drop(QUANTILE_COLUMNS, strict=False).with_columns(
+    frame = frame.with_columns(
         pl.Series(name, np.maximum(values, MIN_PREDICTION_S), pl.Float64)
         for name, values in columns.items()
     )

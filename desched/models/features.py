@@ -13,9 +13,12 @@ A feature row of a task holds only what is known when the task is submitted:
 
 Leakage rule: a history feature of task ``i`` uses only tasks whose end time is strictly
 before ``submit_i``. End time is ``end_s`` when the frame has it (simulation runs, completion
-records), else ``start_s + duration_s``, else ``submit_s + wait_s + duration_s`` (``swf_wait_s``, the logged wait of an SWF import), else
-``submit_s + duration_s`` (a trace without queueing: the earliest a task can end). The history
-columns come from one sort and one backward as-of join per key, O(n log n).
+records), else ``start_s + duration_s``, else ``submit_s + wait_s + duration_s``
+(``swf_wait_s``, the logged wait of an SWF import), else ``submit_s + duration_s`` (a trace
+without queueing); and never earlier than ``submit_s + duration_s``, the earliest a task can
+end, whatever such a column says (a user's column named ``end_s`` or ``wait_s`` that is no
+end time or wait, a null): so a task never counts in its own history. The history columns
+come from one sort and one backward as-of join per key, O(n log n).
 """
 
 from __future__ import annotations
@@ -112,18 +115,20 @@ class FeatureSpec:
 
 def end_times(frame: pl.DataFrame) -> pl.Expr:
     """The expression of each task's end time (see the module's leakage rule)."""
+    earliest = pl.col("submit_s") + pl.col("duration_s")
     if "end_s" in frame.columns:
-        return pl.col("end_s").cast(pl.Float64)
-    if "start_s" in frame.columns:
-        return pl.col("start_s").cast(pl.Float64) + pl.col("duration_s")
-    for wait in ("wait_s", "swf_wait_s"):
-        if wait in frame.columns:
-            return (
-                pl.col("submit_s")
-                + pl.col(wait).cast(pl.Float64).fill_null(0.0)
-                + pl.col("duration_s")
-            )
-    return pl.col("submit_s") + pl.col("duration_s")
+        logged = pl.col("end_s").cast(pl.Float64)
+    elif "start_s" in frame.columns:
+        logged = pl.col("start_s").cast(pl.Float64) + pl.col("duration_s")
+    else:
+        wait = next((w for w in ("wait_s", "swf_wait_s") if w in frame.columns), None)
+        if wait is None:
+            return earliest
+        logged = pl.col("submit_s") + pl.col(wait).cast(pl.Float64).fill_null(0.0) + pl.col(
+            "duration_s")
+    # NaN compares above every number in polars: a NaN end is no end, the earliest stands
+    return pl.when(logged.is_nan()).then(earliest).otherwise(
+        pl.max_horizontal(logged, earliest))
 
 
 def with_history(frame: pl.DataFrame, window: int = HISTORY_WINDOW) -> pl.DataFrame:
