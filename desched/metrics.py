@@ -1,6 +1,7 @@
 """Metrics of a run (DESIGN.md, Metrics): per task, per tenant, fairness, system.
 
 All functions are pure numpy over per-task arrays; nothing here reads files or the clock.
+Percentiles (p50, p99) are numpy's default, linear interpolation between the closest ranks.
 """
 
 from __future__ import annotations

@@ -39,6 +39,12 @@ FORCE_OPTION = click.option("--force", is_flag=True,
                                  "(they are replaced).")
 WORKERS_OPTION = click.option("--workers", required=True, type=click.IntRange(min=1),
                               help="Number of workers.")
+REBASE_OPTION = click.option(
+    "--rebase-clock", "rebase_clock", is_flag=True,
+    help="Simulate the trace shifted to start at 0 and write the files on its own clock: on a "
+         "late clock (epoch seconds, where a double's spacing is 2.4e-7 s) short durations "
+         "keep their precision. Without it the run is on the trace's clock, as DESIGN.md's "
+         "semantics and the live service have it.")
 
 
 def _finite_window(ctx: click.Context, param: click.Parameter, value: float | None
@@ -78,9 +84,28 @@ def keep_freed_memory() -> None:
     mallopt(m_trim_threshold, (1 << 31) - 1)
 
 
-LATE_CLOCK_S = float(2**20)
-"""A trace whose first submission is at or after this (about 12 days) is simulated on its
-clock shifted to start at 0 (``run_policy``)."""
+COARSE_CLOCK = 1e-3
+"""A run on the trace's own clock says so (``note_coarse_clock``) where some task is shorter
+than 1,000 times the clock's spacing at the trace's last submission: its end time is then off
+by more than 0.05 % of its duration (a microsecond task at 1.7e9 s, epoch seconds, by up to
+12 %)."""
+
+
+def note_coarse_clock(trace: pl.DataFrame, path: Path) -> None:
+    """One note on stderr where the trace's clock is too coarse for its shortest tasks
+    (``COARSE_CLOCK``), naming ``--rebase-clock``."""
+    import numpy as np
+
+    if trace.height == 0:
+        return
+    last = float(trace["submit_s"].max())  # type: ignore[arg-type]
+    spacing = float(np.spacing(last))
+    short = int((trace["duration_s"] * COARSE_CLOCK < spacing).sum())
+    if short:
+        print(f"note: {path}: {short} task(s) shorter than 1,000 times the clock's spacing "
+              f"({spacing:.2g} s at {last:.6g} s); their end times lose precision (give "
+              "--rebase-clock to simulate the trace shifted to start at 0)",
+              file=sys.stderr, flush=True)
 
 
 def one_blas_thread() -> None:
@@ -104,13 +129,16 @@ def run_policy(
     *,
     engine: Engine = "auto",
     decision_log: bool = True,
+    rebase_clock: bool = False,
 ) -> RunSummary:
     """Simulate one policy over a validated trace and write its run folder; returns the
     summary. ``controls`` (``desched.controls.Controls``) and the trace's ``priority``
     column apply tenant controls. ``engine`` (``desched.simulator.simulate``): where the
-    policy's compiled kernel runs, the trace goes to it as arrays, with no task table. A
-    trace whose clock starts at or after ``LATE_CLOCK_S`` is simulated shifted to start at 0
-    and written on its own clock (``write_run``'s ``origin``)."""
+    policy's compiled kernel runs, the trace goes to it as arrays, with no task table. The run
+    is on the trace's own clock (DESIGN.md; the live service's), or with ``rebase_clock``
+    on that clock shifted to start at 0, written back on the trace's clock (``write_run``'s
+    ``origin``): short durations on a late clock keep their precision, and ties that the
+    coarse clock made (or broke) may go the other way."""
     import polars as pl
 
     from desched import kernels
@@ -119,16 +147,10 @@ def run_policy(
     from desched.runs import write_run
     from desched.simulator import simulate, simulate_arrays
 
-    # A trace whose clock starts late (epoch seconds: at 1.7e9 a double's spacing is 2.4e-7
-    # s) is simulated shifted to start at 0, so that short durations keep their precision.
-    # Below LATE_CLOCK_S (spacing under 2.4e-10 s) the trace runs as it is: bit for bit the
-    # run the live service's policy objects replay (tests/test_kernels.py).
     submitted = trace["submit_s"]
-    origin = float(submitted.min()) if trace.height else 0.0  # type: ignore[arg-type]
-    if origin >= LATE_CLOCK_S:
+    origin = float(submitted.min()) if rebase_clock and trace.height else 0.0  # type: ignore[arg-type]
+    if origin:
         trace = trace.with_columns(pl.col("submit_s") - origin)
-    else:
-        origin = 0.0
     inputs = None
     if engine != "python" and kernels.available(policy_name):
         inputs = kernel_inputs(trace, controls)
@@ -271,9 +293,11 @@ def import_swf(log: Path, out: Path, rejected: Path | None) -> None:
                    "python: the Python loop (the reference). summary.json names the engine.")
 @click.option("--no-decision-log", "no_decision_log", is_flag=True,
               help="Leave out decision-log.parquet (tasks, decisions and summary stay).")
+@REBASE_OPTION
 def simulate(
     trace_path: Path, policy: str, workers: int, out: Path, seed: int, window_s: float | None,
     force: bool, tenants_file: Path | None, engine: Engine, no_decision_log: bool,
+    rebase_clock: bool,
 ) -> None:
     """Simulate a policy over a trace; write tasks, decisions, decision log and summary.
 
@@ -302,8 +326,11 @@ def simulate(
             named = ", ".join(repr(t) for t in absent[:5]) + (", ..." if len(absent) > 5 else "")
             print(f"note: {tenants_file}: {len(absent)} tenant(s) not in the trace, whose "
                   f"controls apply to nothing: {named}", file=sys.stderr, flush=True)
+    if not rebase_clock:
+        note_coarse_clock(trace, trace_path)
     summary = run_policy(trace, name, params, workers, out, seed, window_s, controls,
-                         engine=engine, decision_log=not no_decision_log)
+                         engine=engine, decision_log=not no_decision_log,
+                         rebase_clock=rebase_clock)
     click.echo(
         f"{out}: {summary.tasks} tasks, mean wait {summary.mean_wait_s:.1f} s, "
         f"p99 response {summary.p99_response_s:.1f} s, Jain {summary.jain_slowdown:.3f}, "
@@ -419,9 +446,10 @@ def _plot_wait_over_time(run_dirs: dict[str, Path], tenants: list[str], out: Pat
 @click.option("--tenants", "n_tenants", default=5, show_default=True, type=click.IntRange(min=0),
               help="Tenants shown by name in the table and plot (largest first).")
 @FORCE_OPTION
+@REBASE_OPTION
 def compare(
     trace_path: Path, policies: tuple[str, ...], workers: int, out: Path,
-    seed: int, window_s: float | None, n_tenants: int, force: bool,
+    seed: int, window_s: float | None, n_tenants: int, force: bool, rebase_clock: bool,
 ) -> None:
     """Run several policies on one trace; print a table, write compare.json and a plot.
 
@@ -451,10 +479,12 @@ def compare(
     trace = read_trace_or_swf(trace_path)
     for name, _ in parsed.values():  # and a policy the trace cannot feed, before any run
         check_reads(name, "predicted_s" in trace.columns)
+    if not rebase_clock:
+        note_coarse_clock(trace, trace_path)
     summaries: dict[str, RunSummary] = {}
     for spec, (name, params) in parsed.items():
         summaries[spec] = run_policy(trace, name, params, workers, run_dirs[spec], seed,
-                                     window_s)
+                                     window_s, rebase_clock=rebase_clock)
     tenants = top_tenants(next(iter(summaries.values())), n_tenants)
     table = format_table(summaries, tenants)
     plot = plot_wait_over_time(run_dirs, tenants, out / "wait-over-time.png")
