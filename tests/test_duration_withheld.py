@@ -86,6 +86,32 @@ def test_the_poisoning_check_would_catch_a_policy_that_reads_durations(name, tra
     assert decisions(trace, poisoned(trace, 1), name, 4) != decisions(trace, trace, name, 4)
 
 
+def noisy_predictions(tasks: TaskTable, seed: int) -> TaskTable:
+    """The same table with every ``predicted_s`` replaced by noise (a fresh list)."""
+    rng = random.Random(seed)
+    noise = [rng.choice([1e-3, 1.0, 1e6]) * rng.random() + 1e-6 for _ in tasks.predicted_s]
+    return dataclasses.replace(tasks, predicted_s=noise)
+
+
+PREDICTION_BLIND = sorted(n for n, cls in REGISTRY.items()
+                          if "predicted_s" not in cls.reads | cls.optional_reads)
+
+
+@pytest.mark.parametrize("name", PREDICTION_BLIND)
+def test_a_policy_that_declares_no_prediction_decides_the_same_on_noisy_predictions(name, trace):
+    # `desched policies` and the README's table say which policies a prediction moves: vtc,
+    # which charges it at dispatch, had said nothing (a QA pass)
+    assert decisions(trace, noisy_predictions(trace, 2), name, 4) == decisions(
+        trace, trace, name, 4)
+
+
+def test_the_prediction_check_would_catch_a_policy_that_uses_predictions_undeclared(trace):
+    for name in ("vtc", "sjf-predicted"):
+        assert "predicted_s" in REGISTRY[name].reads | REGISTRY[name].optional_reads
+        assert decisions(trace, noisy_predictions(trace, 2), name, 4) != decisions(
+            trace, trace, name, 4), name
+
+
 @pytest.mark.parametrize("name", NOT_CLAIRVOYANT)
 def test_reading_duration_from_a_policy_that_is_not_clairvoyant_raises(name):
     tasks = make_tasks(T("a", 0, 3, 2), T("b", 0, 5, 4))

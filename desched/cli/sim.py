@@ -515,6 +515,8 @@ def policies(markdown: bool) -> None:
         params = ", ".join(f"{k}={f.default}" for k, f in sorted(
             fields.items(), key=lambda kv: kv[0] == "weights")) or "no parameters"
         reads = f" [reads {', '.join(sorted(cls.reads))}]" if cls.reads else ""
+        if cls.optional_reads:
+            reads += f" [uses {', '.join(sorted(cls.optional_reads))} where given]"
         keys = learnable_keys(cls.Params)
         learnable = f"{'':16s}   learnable (desched tune): {', '.join(keys)}" if keys else ""
         click.echo(f"{name:16s} {cls.summary}{reads}")

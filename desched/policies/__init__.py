@@ -121,7 +121,8 @@ def registry_markdown() -> str:
                            if k != "weights") or "none"
         if "weights" in fields:
             params += ", `weights=` (a learned card)"
-        reads = ", ".join(f"`{c}`" for c in sorted(cls.reads)) or "-"
+        reads = ", ".join([*(f"`{c}`" for c in sorted(cls.reads)),
+                           *(f"`{c}` where given" for c in sorted(cls.optional_reads))]) or "-"
         if cls.clairvoyant():
             reads += " (clairvoyant bound)"
         state = ", ".join(sorted(cls.tenant_state)) or "-"

@@ -100,6 +100,11 @@ class Policy(ABC):
     """Task columns the ranking reads besides tenant and submission time: ``predicted_s``
     (a prediction, Q3's policies), ``duration_s`` (the true duration: a clairvoyant bound
     that no live scheduler can run)."""
+    optional_reads: ClassVar[frozenset[str]] = frozenset()
+    """Task columns the policy uses where the trace has them and does without otherwise
+    (``vtc`` charges ``predicted_s`` at dispatch, or the true duration at completion): a
+    run on a trace without them is not refused. ``tests/test_duration_withheld.py`` holds
+    every other policy's decisions blind to ``predicted_s``."""
     tenant_state: ClassVar[frozenset[str]] = frozenset()
     """What the policy remembers per tenant between decisions (``state()``): ``service``
     (a counter of service received, Q1's family), ``turn`` (a place in a ring), ``clock`` (a

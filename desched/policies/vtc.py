@@ -105,6 +105,7 @@ class VtcNaive(NaivePolicy):
     name = "vtc"
     summary = "least-served backlogged tenant first (virtual counter of service seconds)"
     components = ()
+    optional_reads = frozenset({"predicted_s"})
     tenant_state = frozenset({"service"})
 
     def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
@@ -202,6 +203,7 @@ class Vtc(Policy):
     name = "vtc"
     summary = VtcNaive.summary
     components = VtcNaive.components
+    optional_reads = VtcNaive.optional_reads
     tenant_state = VtcNaive.tenant_state
     naive = VtcNaive
 
