@@ -188,6 +188,9 @@ def read_trace(path: str | Path, replacing: tuple[str, ...] = ()) -> pl.DataFram
         raise DeschedError(f"{path}: a folder, not a trace file")
     try:
         frame = pl.read_parquet(path)
+    except pl.exceptions.DuplicateError as exc:  # a valid file, which polars cannot hold
+        raise DeschedError(f"{path}: {str(exc).splitlines()[0]}; each column needs its own "
+                           "name") from None
     except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
         raise DeschedError(f"{path}: not a readable Parquet file ({type(exc).__name__})") from None
     frame = validate_trace(frame.drop(replacing, strict=False), str(path))

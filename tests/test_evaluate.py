@@ -135,6 +135,8 @@ def test_a_spec_with_its_own_seeds_overrides_the_sweep_seeds() -> None:
         ("nowhere.parquet", "fifo", "neither a scenario"),
         ("flood?colour=red", "fifo", "unknown option 'colour'"),
         ("flood?seeds=3-1", "fifo", "not a range"),
+        ("flood?tasks=1.5", "fifo", "tasks must be an integer, got '1.5'"),
+        ("flood?load=high", "fifo", "load must be a number, got 'high'"),
         (SMALL, "no-such-policy", "unknown policy"),
         (SMALL, "ifs-memoryless?w_wait=-1", "w_wait"),
     ],
@@ -151,6 +153,29 @@ def test_a_policy_spec_carries_its_parameters() -> None:
     spec = PolicySpec.parse("ifs-memoryless?w_wait=0.7&w_backlog=0.3")
     assert spec.name == "ifs-memoryless"
     assert dict(spec.params) == {"w_backlog": "0.3", "w_wait": "0.7"}
+
+
+def test_the_evaluate_command_says_how_much_of_a_file_its_seeds_run(tmp_path: Path) -> None:
+    # a file of 200 tasks is cut into 8 slices of 25 by default: seeds 0-1 run 50 of its 200
+    # tasks, which nothing had said (a QA pass)
+    trace = tmp_path / "t.parquet"
+    generate("steady", tasks=200, tenants=4, seed=3).write_parquet(trace)
+    result = CliRunner().invoke(cli, [
+        "evaluate", "--traces", str(trace), "--policies", "fifo", "--seeds", "0-1",
+        "--workers", "2", "--out", str(tmp_path / "ev")])
+    assert result.exit_code == 0, result.output
+    assert (f"note: trace '{trace}': each seed runs one disjoint slice of 25 consecutive tasks "
+            "(8 slices in its 200); seeds 0, 1 run 50 of them") in result.stderr
+    result = CliRunner().invoke(cli, [
+        "evaluate", "--traces", f"{trace}?slice_tasks=100&seeds=1", "--policies", "fifo",
+        "--workers", "2", "--out", str(tmp_path / "ev2")])
+    assert result.exit_code == 0, result.output
+    assert "slice of 100 consecutive tasks (2 slices in its 200); seed 1 runs 100" in (
+        result.stderr)
+    result = CliRunner().invoke(cli, [
+        "evaluate", "--traces", "steady?tasks=50", "--policies", "fifo", "--seeds", "0",
+        "--workers", "2", "--out", str(tmp_path / "ev3")])
+    assert result.exit_code == 0 and "note:" not in result.stderr  # a scenario: no slices
 
 
 def _no_nan(name: str) -> float:

@@ -123,6 +123,18 @@ def test_a_memory_model_of_the_old_single_folder_layout_gives_a_one_line_error(
     assert memory.load(old).predict_mb(ROWS) == memory_result.model.predict_mb(ROWS)
 
 
+def test_a_version_folder_given_for_its_registry_is_named_as_such(
+    tmp_path: Path, memory_result: MemoryTrainResult,
+) -> None:
+    # it was called "a model of the old single-folder layout" (a QA pass)
+    root = tmp_path / "memory"
+    register(root, memory_result)
+    with pytest.raises(ModelUnavailable) as info:
+        memory.load(root / "v0001")
+    assert str(info.value) == (f"{root / 'v0001'}: one version of the registry {root}; give "
+                               "that folder (its champion is the model used)")
+
+
 def test_a_registry_holds_one_kind_of_model(
     tmp_path: Path, memory_result: MemoryTrainResult, duration_result: TrainResult
 ) -> None:

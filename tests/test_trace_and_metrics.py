@@ -114,6 +114,15 @@ def test_a_missing_or_unreadable_trace_file_names_the_file(tmp_path):
     bad.write_text("not parquet")
     with pytest.raises(DeschedError, match="bad.parquet: not a readable Parquet file"):
         read_trace(bad)
+    # a valid file with two columns of one name: the column named, not "unreadable" (QA)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"tenant": ["a"], "x": [1]}).append_column("tenant", pa.array(["b"]))
+    pq.write_table(table, tmp_path / "dup.parquet")
+    with pytest.raises(DeschedError, match=r"dup.parquet: column with name 'tenant' has more "
+                                           r"than one occurrence; each column needs its own"):
+        read_trace(tmp_path / "dup.parquet")
 
 
 def test_jain_index_is_one_for_equal_shares_and_one_over_n_for_a_monopoly():

@@ -195,6 +195,28 @@ def cells_of(
     return out
 
 
+def slice_notes(traces: Sequence[str], seeds: Sequence[int]) -> list[str]:
+    """One line per file trace of an evaluation: how many of its tasks each seed runs (one
+    disjoint slice) and how many of its tasks the seeds leave out, which a run's table does
+    not show."""
+    notes = []
+    for t in traces:
+        tspec = TraceSpec.parse(t)
+        rows = tspec.rows()
+        if rows is None:
+            continue
+        count = rows // tspec.slice_tasks
+        own = sorted(set(tspec.seeds or seeds))
+        run = len(own) * tspec.slice_tasks
+        notes.append(
+            f"note: trace {t!r}: each seed runs one disjoint slice of {tspec.slice_tasks:,} "
+            f"consecutive tasks ({count} slices in its {rows:,}); "
+            f"{'seed' if len(own) == 1 else 'seeds'} {', '.join(map(str, own))} "
+            f"{'runs' if len(own) == 1 else 'run'} {run:,} of them (slice_tasks=N in the spec "
+            "sets the size)")
+    return notes
+
+
 def mean_ci(values: Iterable[float | None], confidence: float = CONFIDENCE) -> Interval:
     """Mean and the two-sided t-interval of the mean over the finite ``values``.
 

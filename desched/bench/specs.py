@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode
 
 import polars as pl
@@ -93,13 +93,15 @@ class TraceSpec:
         if unknown:
             raise DeschedError(f"trace {spec!r}: unknown option {unknown[0]!r} "
                                f"(options: {', '.join(sorted(allowed))})")
+        load = _option(spec, options, "load", float)
+        tasks = _option(spec, options, "tasks", int)
+        tasks = SCENARIO_DEFAULTS["tasks"] if tasks is None else tasks
+        tenants = _option(spec, options, "tenants", int)
+        slice_tasks = _option(spec, options, "slice_tasks", int)
+        slice_tasks = DEFAULT_SLICE_TASKS if slice_tasks is None else slice_tasks
         try:
-            load = float(options["load"]) if "load" in options else None
-            tasks = int(options.get("tasks", SCENARIO_DEFAULTS["tasks"]))
-            tenants = int(options["tenants"]) if "tenants" in options else None
-            slice_tasks = int(options.get("slice_tasks", DEFAULT_SLICE_TASKS))
             seeds = parse_seeds(options["seeds"]) if "seeds" in options else None
-        except (ValueError, DeschedError) as exc:
+        except DeschedError as exc:
             raise DeschedError(f"trace {spec!r}: {exc}") from None
         if load is not None and not (math.isfinite(load) and load > 0):
             raise DeschedError(f"trace {spec!r}: load must be > 0, got {load}")
@@ -118,11 +120,14 @@ class TraceSpec:
         name = log_stem(path).removesuffix(".parquet")
         return cls(spec, name, None, str(path), tasks, tenants, load, slice_tasks, seeds)
 
+    def rows(self) -> int | None:
+        """Tasks of a file trace; ``None`` for a scenario."""
+        return None if self.path is None else _read_file(self.path).height
+
     def slices(self) -> int | None:
         """Disjoint slices of a file trace (the seeds it has); ``None`` for a scenario."""
-        if self.path is None:
-            return None
-        return _read_file(self.path).height // self.slice_tasks
+        rows = self.rows()
+        return None if rows is None else rows // self.slice_tasks
 
     def materialize(self, seed: int, workers: int) -> pl.DataFrame:
         """The trace of ``seed`` (a regenerated scenario, or slice ``seed`` of the file)."""
@@ -152,6 +157,22 @@ class TraceSpec:
             offered = part.height / span * mean_s / workers
             part = part.with_columns(pl.col("submit_s") * (offered / self.load))
         return part
+
+
+_N = TypeVar("_N", int, float)
+
+
+def _option(spec: str, options: Mapping[str, str], key: str, kind: type[_N]) -> _N | None:
+    """``options[key]`` read as ``kind``, ``None`` where absent; a one-line error naming the
+    spec, the key and the value where it is not a number of that kind."""
+    if key not in options:
+        return None
+    try:
+        return kind(options[key])
+    except ValueError:
+        what = "an integer" if kind is int else "a number"
+        raise DeschedError(f"trace {spec!r}: {key} must be {what}, got "
+                           f"{options[key]!r}") from None
 
 
 def past_last_slice(tspec: TraceSpec, seed: int, count: int) -> str:

@@ -40,7 +40,8 @@ def _seeds(text: str | None) -> list[int] | None:
               help="Policy specs, comma-separated or repeated: "
                    "'ifs-memoryless?w_backlog=0.3&w_wait=0.7', 'ifs-counter?weights=DIR'.")
 @click.option("--seeds", default="0-4", show_default=True,
-              help="Seeds, e.g. 0-4 or 0,1,2: regenerated scenarios or slices of a file.")
+              help="Seeds, e.g. 0-4 or 0,1,2: regenerated scenarios, or disjoint slices of a "
+                   "file (of min(2,000, its tasks / 8) tasks unless slice_tasks=N).")
 @click.option("--workers", required=True, type=click.IntRange(min=1), help="Workers simulated.")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Folder for evaluation.json, table.parquet and drift.parquet.")
@@ -64,6 +65,8 @@ def evaluate(
     fresh_folder(out, force)
     trace_specs, policy_specs = _split(traces), _split(policies)
     cells = ev.cells_of(trace_specs, policy_specs, _seeds(seeds) or [])
+    for note in ev.slice_notes(trace_specs, _seeds(seeds) or []):
+        click.echo(note, err=True)
     results = ev.run_cells(cells, workers, window_s, jobs)
     rows = ev.aggregate(results, baseline if baseline in policy_specs else None)
     settings = {"traces": trace_specs, "policies": policy_specs, "seeds": seeds,

@@ -93,10 +93,16 @@ class Registry:
 
     def champion_or_error(self) -> str:
         """The champion's version name; ``ModelUnavailable`` when there is none, naming a
-        folder of the single-folder layout that preceded versioned memory models."""
+        version folder given for its registry, or a folder of the single-folder layout that
+        preceded versioned memory models."""
         name = self.champion()
         if name is not None:
             return name
+        parent = self.root.parent
+        if (parent / CHAMPION).is_file() and self.root.name in Registry(parent).versions():
+            raise ModelUnavailable(
+                f"{self.root}: one version of the registry {self.root.parent}; give that "
+                "folder (its champion is the model used)")
         if (self.root / MODEL_FILE).is_file() and (self.root / CARD).is_file():
             raise ModelUnavailable(
                 f"{self.root}: a model of the old single-folder layout (no versions, no "
