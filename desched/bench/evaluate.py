@@ -197,8 +197,8 @@ def cells_of(
 
 def slice_notes(traces: Sequence[str], seeds: Sequence[int]) -> list[str]:
     """One line per file trace of an evaluation: how many of its tasks each seed runs (one
-    disjoint slice) and how many of its tasks the seeds leave out, which a run's table does
-    not show."""
+    disjoint slice of consecutive tasks) and how many of them the seeds run in all, which
+    the evaluation's table does not show."""
     notes = []
     for t in traces:
         tspec = TraceSpec.parse(t)
