@@ -201,3 +201,88 @@ def test_a_bad_warehouse_or_task_type_pattern_is_one_line_before_prefect_starts(
     for word in words:
         assert word in lines[0]
     assert not (tmp_path / "w.duckdb").exists()  # refused before anything ran
+
+
+# --- a QA pass over hostile logs (2026-12-07) ------------------------------------------------
+
+
+def test_a_column_name_is_data_never_sql(tmp_path):
+    # a column name was pasted into ALTER TABLE: this one wrote a file through COPY
+    target = tmp_path / "pwned.csv"
+    name = (f'x" BIGINT; COPY (SELECT 42 AS pwned) TO \'{target}\'; '
+            'ALTER TABLE decisions ADD COLUMN "y')
+    log = simulated_log(tmp_path / "run")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    pl.read_parquet(log).with_columns(pl.lit(1).alias(name), pl.lit(2).alias('we"ird')
+                                      ).write_parquet(logs / "hostile-log.parquet")
+    [report] = run_once(logs, tmp_path / "w.duckdb")
+    assert not target.exists()
+    assert report.decisions_loaded == 6 and report.completions_loaded == 6
+    quoted = '"' + name.replace('"', '""') + '"'
+    stored = query(tmp_path / "w.duckdb",
+                   f'SELECT {quoted} AS v, "we""ird" AS w FROM decisions')
+    assert stored["v"].to_list() == [1] * 6 and stored["w"].to_list() == [2] * 6
+
+
+def test_columns_duckdb_cannot_tell_apart_or_hold_are_kept_not_fatal(tmp_path):
+    # 'Seq' beside 'seq' and a UInt64 past BIGINT made the file fail on every run
+    log = simulated_log(tmp_path / "run")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    pl.read_parquet(log).with_columns(
+        pl.lit(7).alias("Seq"), pl.lit(2**64 - 1, dtype=pl.UInt64).alias("big"),
+        pl.lit(3).alias("note"), pl.lit(4).alias("NOTE"),
+    ).write_parquet(logs / "odd-log.parquet")
+    [report] = run_once(logs, tmp_path / "w.duckdb")
+    assert report.decisions_loaded == 6 and report.completions_loaded == 6
+    row = query(tmp_path / "w.duckdb",
+                "SELECT log_Seq, big, note, log_NOTE FROM decisions LIMIT 1").row(0)
+    assert row == (7, str(2**64 - 1), 3, 4)
+
+
+@pytest.mark.parametrize(("column", "values"), [
+    ("worker", [True, False]),
+    ("t", [pl.datetime(2026, 1, 1), pl.datetime(2026, 1, 2)]),
+])
+def test_a_boolean_or_a_timestamp_where_a_number_belongs_is_a_bad_type(tmp_path, column, values):
+    # a true/false worker had loaded as 0/1 and a timestamp t as microseconds (a QA pass)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    frame = pl.from_dicts([decision(0, 0.0, "a"), decision(1, 1.0, "b")])
+    frame.with_columns(pl.select(pl.concat_list(values)).to_series().explode().alias(column)
+                       ).write_parquet(logs / "typed-log.parquet")
+    [report] = run_once(logs, tmp_path / "w.duckdb")
+    assert report.decisions_loaded == 0 and report.quarantined == {"bad_type": 2}
+
+
+def test_a_parquet_file_with_corrupt_pages_is_quarantined_whole_not_retried(tmp_path):
+    log = simulated_log(tmp_path / "run")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    raw = bytearray(log.read_bytes())
+    for i in range(100, len(raw) - 4000):
+        raw[i] ^= 0x55
+    (logs / "corrupt-log.parquet").write_bytes(bytes(raw))
+    [report] = run_once(logs, tmp_path / "w.duckdb")
+    assert report.file_rule == "unreadable_file"
+
+
+def test_a_file_another_run_loaded_after_this_one_planned_is_not_loaded_twice(tmp_path):
+    from desched.warehouse.ledger import plan
+    from desched.warehouse.load import ingest_file
+    from desched.warehouse.schema import open_warehouse
+
+    logs = tmp_path / "logs"
+    simulated_log(logs / "run")
+    settings = IngestSettings()
+    db = tmp_path / "w.duckdb"
+    with open_warehouse(db) as con:
+        mine, _ = plan(con, logs, settings)  # two ingestions plan before either loads
+        theirs, _ = plan(con, logs, settings)
+        loaded = [ingest_file(con, w, settings) for w in theirs]
+        again = [ingest_file(con, w, settings) for w in mine]
+    assert sum(r.decisions_loaded for r in loaded) == 6
+    skipped = [r for r in again if r.detail == "loaded by another run since this one planned"]
+    assert len(skipped) == 1 and sum(r.decisions_loaded for r in again) == 0
+    assert query(db, "SELECT count(*) AS n FROM decisions")["n"][0] == 6

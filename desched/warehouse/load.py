@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -77,8 +77,26 @@ def _merged_type(old: str, new: str) -> str:
     return "VARCHAR"
 
 
+def _quoted(name: str) -> str:
+    """``name`` as a DuckDB identifier: in double quotes, each one inside doubled (a log's
+    column name is data, never SQL)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _stored_name(name: str, known: Mapping[str, str]) -> str:
+    """The table column a log's extra column ``name`` goes to: itself, or ``log_<name>``
+    (again, until free) where it differs from a table column only in case, which DuckDB's
+    identifiers do not tell apart."""
+    taken = {k.lower(): k for k in known}
+    while name not in known and name.lower() in taken:
+        name = f"log_{name}"
+    return name
+
+
 def _as_storable(frame: pl.DataFrame, column: str) -> pl.Series:
     series = frame[column]
+    if series.dtype == pl.UInt64 and (series.max() or 0) > 2**63 - 1:  # type: ignore[operator]
+        return series.cast(pl.String)  # past BIGINT: kept exact, as text
     if _duck_type(series.dtype) != "VARCHAR" or series.dtype == pl.String:
         return series
     return pl.Series(
@@ -218,14 +236,16 @@ class _Loader:
         ]
         known = self.table_columns[table]
         out = rows.select(columns)
-        for c in extras:
-            series = _as_storable(rows, c)
+        for name in extras:
+            c = _stored_name(name, known)
+            series = _as_storable(rows, name).alias(c)
             new = _duck_type(series.dtype)
             if c not in known:
-                self.con.execute(f'ALTER TABLE {table} ADD COLUMN "{c}" {new}').fetchall()
+                self.con.execute(f"ALTER TABLE {table} ADD COLUMN {_quoted(c)} {new}").fetchall()
                 known[c] = new
             elif (merged := _merged_type(known[c], new)) != known[c]:
-                self.con.execute(f'ALTER TABLE {table} ALTER "{c}" TYPE {merged}').fetchall()
+                self.con.execute(f"ALTER TABLE {table} ALTER {_quoted(c)} TYPE {merged}"
+                                 ).fetchall()
                 known[c] = merged
             if known[c] == "VARCHAR" and series.dtype != pl.String:
                 series = series.cast(pl.String)
@@ -391,6 +411,17 @@ def ingest_file(
     if work.action is Action.TRUNCATED:
         return _quarantine_file(con, work, Rule.TRUNCATED_FILE, work.detail or "truncated")
     replacing = work.action is Action.REPLACED
+    current = con.execute(
+        "SELECT size_bytes, mtime_ns, content_hash, offset_bytes FROM ingested_files "
+        "WHERE path = ?", [work.path]).fetchall()
+    seen = work.previous
+    if (tuple(current[0]) if current else None) != (
+            None if seen is None
+            else (seen.size_bytes, seen.mtime_ns, seen.content_hash, seen.offset_bytes)):
+        # another run loaded it between this run's plan and now (two ingestions at once):
+        # loading it again would double its rows
+        return FileReport(work.path, work.format.value, Action.SKIPPED.value,
+                          detail="loaded by another run since this one planned")
     state = (
         _fresh_state(work) if replacing or work.previous is None
         else replace(work.previous, status="loaded")

@@ -89,10 +89,18 @@ def parquet_batches(path: str | Path, batch_rows: int) -> Iterator[RawBatch]:
             n = frame.height
             yield RawBatch(_with_row_numbers(frame, range(start, start + n)), [], n, size)
             start += n
-    except pa.ArrowException as exc:
-        if isinstance(exc, OSError) and not isinstance(exc, pa.ArrowInvalid):
-            raise
+    except (pa.ArrowException, OSError) as exc:
+        if (isinstance(exc, OSError) and not isinstance(exc, pa.ArrowInvalid)
+                and not _undecodable(exc)):
+            raise  # an I/O error: transient, retried
         raise _parquet_problem(p, exc) from None
+
+
+def _undecodable(exc: Exception) -> bool:
+    """Whether pyarrow's ``OSError`` says the bytes are there but do not decode (a corrupt
+    page), which no retry mends, rather than that reading them failed."""
+    text = str(exc).lower()
+    return any(word in text for word in ("decompress", "corrupt", "deserializ", "invalid"))
 
 
 def _parse_lines(chunk: bytes, first_line: int) -> tuple[pl.DataFrame, list[tuple[int, str, str]]]:

@@ -53,7 +53,8 @@ class IngestSummary:
         if self.files_failed:
             text += f"; {len(self.files_failed)} files failed"
         if self.files_skipped:
-            text += f"; {len(self.files_skipped)} files skipped as not logs"
+            text += (f"; {len(self.files_skipped)} files skipped (not logs, copies of loaded "
+                     "ones, or loaded by another run)")
         if self.gx_error:
             text += "; GX audit failed"
         return text
@@ -147,7 +148,8 @@ def report_markdown(summary: IngestSummary, logs_dir: str, db_path: str) -> str:
             ("rows quarantined", summary.rows_quarantined),
             ("files quarantined whole", len(summary.files_quarantined)),
             ("files failed", len(summary.files_failed)),
-            ("files skipped as not logs", len(summary.files_skipped)),
+            ("files skipped (not logs, copies, loaded by another run)",
+             len(summary.files_skipped)),
             ("rows re-checked by Great Expectations", summary.gx_rows_checked),
             ("Great Expectations agrees with the rules", agrees),
         ], "lr"),

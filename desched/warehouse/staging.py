@@ -41,7 +41,10 @@ def conform(raw: pl.DataFrame) -> pl.DataFrame:
             value = col
         elif source == pl.Null:
             value = pl.lit(None, dtype)
-        elif source.is_nested() or source == pl.Object:
+        elif source.is_nested() or source == pl.Object or (
+                dtype != pl.String and (source == pl.Boolean or source.is_temporal())):
+            # a true/false worker or a timestamp for t would cast to 0/1 or to microseconds:
+            # no number of the log's, so bad_type
             value = pl.lit(None, dtype)
             bad.append(pl.when(col.is_not_null()).then(pl.lit(name)))
         elif dtype == pl.String:
