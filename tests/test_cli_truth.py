@@ -107,6 +107,27 @@ def test_compare_reads_an_swf_log_directly(tmp_path: Path) -> None:
     assert "| fifo" in out and "| vtc" in out
 
 
+def test_two_specs_that_spell_one_folder_name_get_a_folder_each(tmp_path: Path) -> None:
+    # 'weights=A/B' and 'weights=A_B' both became ..._A_B: the second run replaced the first
+    import json
+
+    for folder, w_wait in (("A/B", 0.9), ("A_B", 0.2)):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "card.json").write_text(json.dumps(
+            {"policy": "ifs-memoryless", "weights": {"w_wait": w_wait, "w_backlog": 0.1}}))
+    specs = [f"ifs-memoryless?weights={tmp_path / 'A/B'}",
+             f"ifs-memoryless?weights={tmp_path / 'A_B'}"]
+    code, _, err = invoke("compare", "--trace", str(write_swf(tmp_path / "s.swf")),
+                            "--policies", ",".join(specs), "--workers", "2",
+                            "--out", str(tmp_path / "cmp"))
+    assert code == 0, err
+    dirs = json.loads((tmp_path / "cmp" / "compare.json").read_text())["run_dirs"]
+    assert len(set(dirs.values())) == 2, dirs
+    params = {json.loads((tmp_path / "cmp" / d / "summary.json").read_text())["params"][
+        "w_wait"] for d in dirs.values()}
+    assert params == {0.9, 0.2}
+
+
 def test_compare_says_when_a_policy_is_named_twice_and_runs_it_once(tmp_path: Path) -> None:
     code, out, err = invoke("compare", "--trace", str(write_swf(tmp_path / "s.swf")),
                             "--policies", "fifo,vtc", "--policies", "fifo", "--workers", "2",

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 from click.testing import CliRunner
 
@@ -92,6 +93,9 @@ def test_explicit_weights_that_contradict_the_card_are_refused_and_equal_ones_ac
         ('{"policy": "fifo", "weights": {}}', "'policy' must be one of"),
         ('{"policy": "ifs-memoryless", "weights": {"w_wait": 1}}', "must hold exactly"),
         ('{"policy": "ifs-memoryless", "weights": {"w_wait": 1, "w_backlog": -1}}', ">= 0"),
+        # an integer past a double's range had raised OverflowError (a QA pass)
+        ('{"policy": "ifs-memoryless", "weights": {"w_wait": 1, "w_backlog": 1%s}}' % ("0" * 400),
+         "got 1000000000000000000000000000000000000..."),
     ],
 )
 def test_a_bad_weights_path_or_card_is_a_one_line_error_naming_the_file(
@@ -109,6 +113,40 @@ def test_a_bad_weights_path_or_card_is_a_one_line_error_naming_the_file(
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and str(folder / "card.json") in lines[0] and message in lines[0]
+
+
+def test_tune_refuses_an_infinite_fairness_weight_before_any_trial(tmp_path: Path) -> None:
+    # inf had run the trials, crashed drawing the curve and left a card that loaded (QA)
+    result = CliRunner().invoke(cli, [
+        "tune", "--trace", "steady?tasks=300", "--workers", "4", "--trials", "2",
+        "--fairness-weight", "inf", "--out", str(tmp_path / "w")])
+    assert result.exit_code == 2
+    assert "fairness_weight: Input should be a finite number" in result.output
+    assert not (tmp_path / "w" / "card.json").exists()
+
+
+def test_tune_refuses_a_policy_the_traces_cannot_feed_before_any_trial(tmp_path: Path) -> None:
+    # it ran a trial first, and Optuna printed its traceback above the one-line error (QA)
+    result = CliRunner().invoke(cli, [
+        "tune", "--trace", "flood?tasks=500", "--workers", "4", "--trials", "2", "--policy",
+        "guarded-sjf", "--out", str(tmp_path / "w")])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.output.strip().splitlines() == [(
+        "error: policy 'guarded-sjf' ranks on 'predicted_s', which the trace lacks or has NaN "
+        "in (run `desched predict` first)")]
+
+
+def test_a_spec_named_twice_runs_once_so_it_cannot_narrow_the_intervals(tmp_path: Path) -> None:
+    # fifo,fifo counted each seed twice: n 4 for 2 seeds, the interval 0.557 against 3.853
+    outs = {}
+    for name, policies in (("once", "fifo"), ("twice", "fifo,fifo")):
+        result = CliRunner().invoke(cli, [
+            "evaluate", "--traces", "steady?tasks=300", "--policies", policies, "--seeds",
+            "0-1", "--workers", "4", "--out", str(tmp_path / name)])
+        assert result.exit_code == 0, result.output
+        outs[name] = pl.read_parquet(tmp_path / name / "table.parquet")
+    assert "note: --policies names fifo more than once; each runs once" in result.stderr
+    assert outs["twice"].equals(outs["once"])
 
 
 def test_a_held_out_trace_that_was_trained_on_is_refused(tmp_path: Path) -> None:

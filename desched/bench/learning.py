@@ -85,7 +85,8 @@ class Objective(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     fairness_weight: float = Field(
-        5.0, ge=0, description="penalty per unit of Jain's index below the reference's"
+        5.0, ge=0, allow_inf_nan=False,
+        description="penalty per unit of Jain's index below the reference's",
     )
 
     def of(self, summary: RunSummary, reference: RunSummary) -> float:

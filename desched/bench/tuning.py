@@ -411,7 +411,11 @@ def tune(settings: TuneSettings, out: str | Path, command: str | None = None,
          progress: Callable[[int], None] | None = None) -> WeightsCard:
     """Split, learn, judge on the held-out traces, save the weights folder; returns the card.
     ``progress`` hears the count of trials (iterations) done."""
+    from desched.policies import check_reads
+
     train, heldout = split(settings)
+    for cell in (*train, *heldout):  # a policy the traces cannot feed: before any trial
+        check_reads(settings.policy, "predicted_s" in cell.frame.columns)
     learned = learn(settings, train, progress=progress)
     judgement = judge(heldout, candidates_of(learned, settings.reference), settings.workers,
                       settings.objective, settings.windows)

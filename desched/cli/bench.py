@@ -18,10 +18,18 @@ from desched.errors import DeschedError
 from desched.today import TODAY_SCORER
 
 
-def _split(values: tuple[str, ...]) -> list[str]:
+def _split(values: tuple[str, ...], option: str) -> list[str]:
+    """The specs of a repeatable, comma-separated option, each once: a spec named twice
+    would count its runs twice (as if more seeds) and narrow every interval; said on
+    stderr."""
     from desched.cli.grammar import split_specs
 
-    return split_specs(values)
+    named = split_specs(values)
+    once = list(dict.fromkeys(named))
+    if len(once) < len(named):
+        twice = ", ".join(s for s in once if named.count(s) > 1)
+        click.echo(f"note: {option} names {twice} more than once; each runs once", err=True)
+    return once
 
 
 def _seeds(text: str | None) -> list[int] | None:
@@ -63,7 +71,7 @@ def evaluate(
     from desched.cli.grammar import fresh_folder
 
     fresh_folder(out, force)
-    trace_specs, policy_specs = _split(traces), _split(policies)
+    trace_specs, policy_specs = _split(traces, "--traces"), _split(policies, "--policies")
     cells = ev.cells_of(trace_specs, policy_specs, _seeds(seeds) or [])
     for note in ev.slice_notes(trace_specs, _seeds(seeds) or []):
         click.echo(note, err=True)
@@ -125,7 +133,7 @@ def tune(
     named = {k: v for k, v in (("policy", policy), ("reference", reference)) if v is not None}
     try:
         settings = TuneSettings(
-            train=_split(traces), heldout=_split(heldout) or None,
+            train=_split(traces, "--trace"), heldout=_split(heldout, "--heldout") or None,
             train_seeds=_seeds(train_seeds), heldout_seeds=_seeds(heldout_seeds),
             workers=workers, learner=learner,  # type: ignore[arg-type]
             trials=trials, seed=seed, windows=windows,

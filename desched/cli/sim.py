@@ -472,7 +472,12 @@ def compare(
     # refuse bad names, parameters and a used folder before running anything
     parsed = {spec: policy_spec(spec, "--policies") for spec in specs}
     fresh_folder(out, force)
-    run_dirs = {spec: out / re.sub(r"[^A-Za-z0-9._=+-]+", "_", spec) for spec in specs}
+    run_dirs: dict[str, Path] = {}
+    for spec in specs:  # one folder each, even where two specs spell to one name
+        base = name = re.sub(r"[^A-Za-z0-9._=+-]+", "_", spec)
+        while any(name.lower() == d.name.lower() for d in run_dirs.values()):
+            name = f"{base}-{sum(d.name.startswith(base) for d in run_dirs.values()) + 1}"
+        run_dirs[spec] = out / name
     written_over({"--trace": trace_path},
                  [out / "compare.json", out / "wait-over-time.png",
                   *(folder / name for folder in run_dirs.values() for name in RUN_FILES)])

@@ -152,9 +152,11 @@ def check_weight_values(path: Path, weights: Mapping[str, Any]) -> None:
     """Refuse a weight that is not a finite number >= 0."""
     for key, value in weights.items():
         if (isinstance(value, bool) or not isinstance(value, (int, float))
-                or not math.isfinite(value) or value < 0):
+                or not math.isfinite(float(value) if abs(value) < 1e308 else math.inf)
+                or value < 0):
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
             raise DeschedError(f"{path}: weight {key!r} must be a finite number >= 0, "
-                               f"got {value!r}")
+                               f"got {shown}")
 
 
 def card_weights(location: str | Path, keys: tuple[str, ...]) -> dict[str, float]:
