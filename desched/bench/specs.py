@@ -59,6 +59,8 @@ def _parse_spec(spec: str) -> tuple[str, dict[str, str]]:
             raise DeschedError(f"{spec!r}: expected NAME?KEY=VALUE&KEY=VALUE")
         if key in options:
             raise DeschedError(f"{spec!r}: {key!r} given twice")
+        if not value.strip():  # 'weights=' had been taken for no card at all
+            raise DeschedError(f"{spec!r}: {key!r} has no value")
         options[key] = value
     return base, options
 
