@@ -141,6 +141,7 @@ def test_a_spec_with_its_own_seeds_overrides_the_sweep_seeds() -> None:
         (SMALL, "ifs-memoryless?w_wait=-1", "w_wait"),
         (SMALL, "ifs-memoryless?weights=", "'weights' has no value"),  # was: no card, at defaults
         ("flood?tasks=", "fifo", "'tasks' has no value"),
+        ("stedy?tasks=500", "fifo", "neither a scenario"),  # was: "unknown option 'tasks'"
     ],
 )
 def test_a_bad_trace_or_policy_spec_is_refused_with_a_one_line_error(

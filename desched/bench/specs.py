@@ -89,6 +89,10 @@ class TraceSpec:
         from desched.workloads import SCENARIOS
 
         base, options = _parse_spec(spec)
+        if base not in SCENARIOS and not Path(base).is_file():  # before its options' names
+            what = "a folder, not a trace file" if Path(base).is_dir() else "an existing file"
+            raise DeschedError(f"trace {spec!r}: neither a scenario ({', '.join(SCENARIOS)}) "
+                               f"nor {what}")
         allowed = {"tasks", "tenants", "load"} if base in SCENARIOS else {"slice_tasks", "load"}
         allowed.add("seeds")
         unknown = sorted(set(options) - allowed)
@@ -113,9 +117,6 @@ class TraceSpec:
             return cls(spec, base, base, None, tasks, tenants,
                        SCENARIO_DEFAULTS["load"] if load is None else load, slice_tasks, seeds)
         path = Path(base)
-        if not path.is_file():
-            raise DeschedError(f"trace {spec!r}: neither a scenario ({', '.join(SCENARIOS)}) "
-                               f"nor an existing file")
         if "slice_tasks" not in options:
             rows = _read_file(str(path)).height
             slice_tasks = max(1, min(DEFAULT_SLICE_TASKS, rows // AUTO_SLICES))
