@@ -286,3 +286,46 @@ def test_a_file_another_run_loaded_after_this_one_planned_is_not_loaded_twice(tm
     skipped = [r for r in again if r.detail == "loaded by another run since this one planned"]
     assert len(skipped) == 1 and sum(r.decisions_loaded for r in again) == 0
     assert query(db, "SELECT count(*) AS n FROM decisions")["n"][0] == 6
+
+
+def test_a_copy_of_a_parquet_log_stays_unloaded_after_its_original_changes(tmp_path):
+    # the copy was skipped while the original held its bytes, then loaded once the original
+    # was rewritten with more rows: every row twice (a QA pass)
+    logs = tmp_path / "logs"
+    log = simulated_log(logs / "run")
+    copy = logs / "copy-of-decision-log.parquet"
+    copy.write_bytes(log.read_bytes())
+    db = tmp_path / "w.duckdb"
+    run_once(logs, db)
+    [holder] = query(db, "SELECT DISTINCT source FROM decisions")["source"].to_list()
+    assert {holder} < {str(log), str(copy)}  # one of the two holds the rows, the other not
+    frame = pl.read_parquet(holder)
+    more = frame.filter(pl.col("kind") == "decision").tail(1).with_columns(
+        pl.col("seq") + 100, pl.col("t") + 100, pl.col("task_id") + "-new")
+    pl.concat([frame, more]).write_parquet(holder)  # it grows; the copy keeps the old bytes
+    for _ in range(3):
+        run_once(logs, db)
+    assert query(db, "SELECT count(*) AS n FROM decisions")["n"][0] == 6 + 1
+    assert query(db, "SELECT DISTINCT source FROM decisions")["source"].to_list() == [holder]
+
+
+def test_a_rotated_or_copied_json_lines_log_is_read_on_from_what_was_loaded(tmp_path):
+    logs = tmp_path / "logs"
+    first = [decision(0, 0.0, "a"), completion(1, 1.0, "a")]
+    later = [decision(2, 2.0, "b"), completion(3, 3.0, "b")]
+    live = write_jsonl(logs / "decision-log.jsonl", first)
+    db = tmp_path / "w.duckdb"
+    run_once(logs, db)
+    # a backup copy of what was loaded: nothing new in it
+    (logs / "backup-log.jsonl").write_bytes(live.read_bytes())
+    run_once(logs, db)
+    assert query(db, "SELECT count(*) AS n FROM decisions")["n"][0] == 1
+    # the log grows and is rotated (renamed away): the rotated file's rows loaded before are
+    # not loaded again, the rest are (the path it left holds no log now)
+    write_jsonl(logs / "decision-log.jsonl", first + later)
+    live.rename(logs / "decision-log.1.jsonl")
+    for _ in range(2):
+        run_once(logs, db)
+    ids = query(db, "SELECT task_id FROM decisions ORDER BY t")["task_id"].to_list()
+    assert ids == ["a", "b"]
+    assert query(db, "SELECT count(*) AS n FROM completions")["n"][0] == 2

@@ -75,7 +75,7 @@ def ingest_logs(
             gx_error = state.message or "failed"
 
     for item in work:
-        if item.action is Action.SKIPPED:  # not a log: reported with its reason, not read
+        if item.action is Action.SKIPPED and item.copy_of is None:  # not a log: not read
             reports.append(FileReport(item.path, item.format.value, item.action.value,
                                       detail=item.detail))
             continue

@@ -11,6 +11,14 @@ shrank, or whose first bytes changed, is ``truncated_file``: reported and quaran
 keeping the rows read before; it is read again once it grows back past its offset with the
 same head.
 
+Copies. A Parquet log byte-identical to one loaded (or loaded earlier in the run) is skipped
+and kept in the ledger as a ``copy``, so no later run loads it when its original changes. A
+new JSON-lines log that begins with the bytes a loaded one was read to (the first 64 KiB of
+them, whose hash the ledger keeps) is that log copied or rotated: it is read on from there,
+and where the loaded log's file still begins with all of its bytes, it is a copy of it, read
+to its end. (Rows are identified by their file: a log whose rows another file holds too,
+without being a copy of it, is loaded again.)
+
 Nothing is skipped silently. Every file under the logs folder is either read as a log or
 named with the reason it was skipped (``survey``): a file whose name matches a pattern of
 ``IngestSettings.patterns`` is a log; any other ``.parquet`` file with a ``kind`` column, or
@@ -28,7 +36,7 @@ import hashlib
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -101,6 +109,13 @@ class FileWork:
     content_hash: str | None
     previous: FileState | None = None
     detail: str | None = None
+    copy_of: str | None = None
+    """A Parquet log skipped as a byte-identical copy of this loaded one: recorded in the
+    ledger (status ``copy``), so that no later run loads it once the original changes."""
+    continues: str | None = None
+    """A new JSON-lines log that begins with the bytes of this loaded one (a copied or
+    rotated log): ``previous`` is that log's state, and the file is read on from where that
+    log was read to."""
 
 
 @dataclass
@@ -236,6 +251,48 @@ def sha256_of(path: Path, limit: int | None = None) -> str:
     return digest.hexdigest()
 
 
+def _read_before(path: Path, size: int, states: dict[str, FileState], claimed: set[str]
+                 ) -> FileState | None:
+    """The loaded JSON-lines log (another path) whose bytes read so far begin ``path`` (the
+    first ``min(offset, HEAD_BYTES)`` of them, those its ledger row keeps the hash of), the
+    one read furthest where several do; ``None`` where none does."""
+    found: FileState | None = None
+    heads: dict[int, str] = {}
+    for st in states.values():
+        if (st.format is LogFormat.PARQUET or st.status != "loaded" or not st.content_hash
+                or st.path == str(path) or st.path in claimed
+                or not 0 < st.offset_bytes <= size):
+            continue
+        n = min(st.offset_bytes, HEAD_BYTES)
+        if n not in heads:
+            heads[n] = sha256_of(path, n)
+        if heads[n] == st.content_hash and (found is None
+                                            or st.offset_bytes > found.offset_bytes):
+            found = st
+    return found
+
+
+def _continuation(path: Path, key: str, fmt: LogFormat, size: int, mtime: int,
+                  earlier: FileState) -> FileWork:
+    """The work of a new JSON-lines log that begins with ``earlier``'s bytes read so far.
+    Where ``earlier``'s file still begins with all of this one's bytes, it is a copy of it:
+    recorded as read to its end (``earlier``'s own run reads what is new in both); else (a
+    rotated log: ``earlier``'s path holds another file now) it is read on from ``earlier``'s
+    offset."""
+    state = replace(earlier, path=key, status="loaded", size_bytes=size, mtime_ns=mtime,
+                    rows_loaded=0, rows_quarantined=0)
+    detail = f"begins with the {earlier.offset_bytes:,} bytes of {earlier.path} loaded already"
+    source = Path(earlier.path)
+    if (size > earlier.offset_bytes and source.is_file() and source.stat().st_size >= size
+            and sha256_of(source, size) == sha256_of(path, size)):
+        with path.open("rb") as f:
+            lines = sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
+        state = replace(state, offset_bytes=size, records_read=lines)
+    action = Action.GROWN if size > state.offset_bytes else Action.TOUCHED
+    return FileWork(key, fmt, action, size, mtime, earlier.content_hash, state, detail,
+                    continues=earlier.path)
+
+
 def plan(
     con: duckdb.DuckDBPyConnection, logs_dir: str | Path, settings: IngestSettings
 ) -> tuple[list[FileWork], int]:
@@ -255,6 +312,7 @@ def plan(
     # loaded twice
     holder = {st.content_hash: key for key, st in states.items()
               if st.format is LogFormat.PARQUET and st.status == "loaded" and st.content_hash}
+    claimed: set[str] = set()  # JSON-lines logs a new file in this run continues
     for path in logs:
         key = str(path)
         stat = path.stat()
@@ -275,12 +333,24 @@ def plan(
             else:
                 action = Action.REPLACED
             other = holder.get(whole)
-            if action is Action.NEW and other is not None:
+            copy_of = None
+            if other is not None and other != key and (
+                    action is Action.NEW or (prev is not None and prev.status == "copy")):
                 action, detail = Action.SKIPPED, f"the same bytes as {other}, loaded already"
+                copy_of = other
             else:
                 holder.setdefault(whole, key)
+            if copy_of is not None:
+                work.append(FileWork(key, fmt, action, size, mtime, content_hash, prev, detail,
+                                     copy_of=copy_of))
+                continue
         elif prev is None:
             content_hash, action = None, Action.NEW
+            earlier = _read_before(path, size, states, claimed)
+            if earlier is not None:  # a copied or rotated log: on from where it was read to
+                claimed.add(earlier.path)
+                work.append(_continuation(path, key, fmt, size, mtime, earlier))
+                continue
         else:
             content_hash = prev.content_hash  # of the head already read
             if size < prev.offset_bytes:

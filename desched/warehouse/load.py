@@ -402,6 +402,10 @@ def ingest_file(
         auditor = functools.partial(gx_auditor, settings.task_types)
     started = time.perf_counter()
     if work.action is Action.SKIPPED:
+        if work.copy_of is not None:  # kept in the ledger: never loaded once its original changes
+            save_state(con, FileState(
+                work.path, work.format, "copy", work.size_bytes, work.mtime_ns,
+                work.content_hash, 0, 0, 0, 0, None, None))
         return FileReport(work.path, work.format.value, work.action.value, detail=work.detail)
     if work.action is Action.TOUCHED:
         assert work.previous is not None
@@ -414,7 +418,7 @@ def ingest_file(
     current = con.execute(
         "SELECT size_bytes, mtime_ns, content_hash, offset_bytes FROM ingested_files "
         "WHERE path = ?", [work.path]).fetchall()
-    seen = work.previous
+    seen = None if work.continues else work.previous  # a continuation: no row of its own yet
     if (tuple(current[0]) if current else None) != (
             None if seen is None
             else (seen.size_bytes, seen.mtime_ns, seen.content_hash, seen.offset_bytes)):
