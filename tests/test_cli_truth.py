@@ -361,3 +361,31 @@ def test_a_usage_error_points_at_the_help_of_the_command_that_was_typed(
     assert result.exit_code == 2 and result.stdout == ""
     err = result.stderr
     assert err.endswith(f" (see '{help_of} --help')\n") and err.count("\n") == 1, err
+
+
+def test_tune_and_judge_replace_their_own_outputs_but_need_force_beside_anything_else(
+    tmp_path: Path,
+) -> None:
+    # both wrote into any folder: a tune aimed at a run folder mixed a card into it (QA)
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "table.parquet").write_text("someone else's")
+    log = write_swf(tmp_path / "s.swf", 200)
+    for args in (["tune", "--trace", "steady?tasks=300", "--workers", "2", "--trials", "2"],
+                 ["judge", "--logs", str(log), "--scenarios", "none", "--jobs", "1"]):
+        code, out, err = invoke(*args, "--out", str(used))
+        assert code == 2 and out == "", err
+        assert err.strip() == (f"error: --out {used}: holds 'table.parquet', which this "
+                               "command does not write (give --force to write beside it, or "
+                               "another folder)")
+        assert sorted(p.name for p in used.iterdir()) == ["table.parquet"]
+    card = tmp_path / "card"
+    for _ in range(2):  # a second run replaces the first card
+        code, _, err = invoke("tune", "--trace", "steady?tasks=300", "--workers", "2",
+                              "--trials", "2", "--out", str(card))
+        assert code == 0, err
+    assert (card / "card.json").is_file()
+    code, _, err = invoke("tune", "--trace", "steady?tasks=300", "--workers", "2", "--trials",
+                          "2", "--out", str(used), "--force")
+    assert code == 0, err
+    assert {"card.json", "table.parquet"} <= {p.name for p in used.iterdir()}

@@ -114,10 +114,13 @@ def evaluate(
               help="Penalty per unit of Jain's index below the reference's.")
 @click.option("--reference", default=None,
               help="Policy J is measured against, at its defaults (default today's scorer).")
+@click.option("--force", is_flag=True,
+              help="Write into --out even when it holds files other than an earlier card "
+                   "(card.json, card.md, learning-curve.png, agent.pt: a run replaces them).")
 def tune(
     traces: tuple[str, ...], heldout: tuple[str, ...], workers: int, trials: int, out: Path,
     learner: str, policy: str | None, train_seeds: str | None, heldout_seeds: str | None,
-    seed: int, windows: int, fairness_weight: float, reference: str | None,
+    seed: int, windows: int, fairness_weight: float, reference: str | None, force: bool,
 ) -> None:
     """Learn the scorer's weights from traces by simulation; judge them on held-out traces;
     write OUT/card.json (loadable as --policy 'POLICY?weights=OUT'), card.md and the learning
@@ -127,9 +130,9 @@ def tune(
     from desched.bench.learning import Objective
     from desched.bench.tuning import TuneSettings
     from desched.bench.tuning import tune as run_tune
-    from desched.cli.grammar import writable_folder
+    from desched.cli.grammar import own_folder
 
-    writable_folder(out)
+    own_folder(out, ("card.json", "card.md", "learning-curve.png", "agent.pt"), force)
     named = {k: v for k, v in (("policy", policy), ("reference", reference)) if v is not None}
     try:
         settings = TuneSettings(

@@ -61,6 +61,21 @@ def fresh_folder(path: Path, force: bool, option: str = "--out") -> Path:
     return writable_folder(path, option)
 
 
+def own_folder(path: Path, own: Iterable[str], force: bool, option: str = "--out") -> Path:
+    """``path`` if it is absent, empty, or holds only files named ``own`` (a command's own
+    outputs, which it replaces: an earlier verdict, an earlier card), or ``force`` is set;
+    else a one-line error naming the first other entry. Then ``writable_folder``."""
+    if path.exists() and not path.is_dir():
+        raise DeschedError(f"{option} {path}: is a file, not a folder")
+    if not force and path.is_dir():
+        other = sorted(p.name for p in path.iterdir() if p.name not in set(own))
+        if other:
+            raise DeschedError(f"{option} {path}: holds {other[0]!r}, which this command "
+                               "does not write (give --force to write beside it, or another "
+                               "folder)")
+    return writable_folder(path, option)
+
+
 def writable_folder(path: Path, option: str = "--out") -> Path:
     """``path``, once a probe file could be written in it (the folder and its missing parents
     created for the probe and removed again, so a command that fails later leaves nothing);

@@ -58,6 +58,9 @@ def _tuner(target: str | None) -> Any:
               default="data/judge-cache", show_default=True,
               help="Folder caching each workload's test part and predictions.")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the cache.")
+@click.option("--force", is_flag=True,
+              help="Write into --out even when it holds files other than an earlier "
+                   "judge.json and judge.md (which a run replaces).")
 @click.option("--frontier-on-predictions/--no-frontier-on-predictions", "on_predictions",
               default=False, show_default=True,
               help="Also run the frontier's family on each log's predictions (two more "
@@ -79,7 +82,8 @@ def _tuner(target: str | None) -> Any:
                    "among the training cases [default: fixed defaults].")
 def judge(logs: tuple[str, ...], which: str, scenarios: str, policies: tuple[str, ...],
           out: Path, max_tasks: int | None, cache: Path, no_cache: bool, jobs: int | None,
-          dask_address: str | None, tune: str | None, on_predictions: bool) -> None:
+          dask_address: str | None, tune: str | None, on_predictions: bool,
+          force: bool) -> None:
     """Judge candidate policies for deployment against today's scorer (ifs-memoryless).
 
     Per real log: train the duration model on the first 70 % of the tasks by submit time,
@@ -100,12 +104,15 @@ def judge(logs: tuple[str, ...], which: str, scenarios: str, policies: tuple[str
     from desched.bench import judge as jd
     from desched.bench.judge_cases import SCENARIO_TASKS, SCENARIO_TEST_SEED, log_name
     from desched.bench.pool import Pool
-    from desched.cli.grammar import writable_folder
+    from desched.cli.grammar import own_folder
     from desched.cli.progress import MessageBar
     from desched.models.training import TrainSettings
 
     started = time.perf_counter()
-    writable_folder(out)
+    own = {"judge.json", "judge.md"}
+    if cache.parent.resolve() == out.resolve():
+        own.add(cache.name)  # a cache kept inside --out
+    own_folder(out, own, force)
     tuner = None if tune == "lolo" else _tuner(tune)
     log_paths: list[str] | None = _split(logs) or None
     if logs and log_paths is None:
