@@ -363,6 +363,20 @@ def test_a_usage_error_points_at_the_help_of_the_command_that_was_typed(
     assert err.endswith(f" (see '{help_of} --help')\n") and err.count("\n") == 1, err
 
 
+def test_scenario_never_writes_a_trace_over_a_log_or_another_file(tmp_path: Path) -> None:
+    # `scenario steady --out small.swf` had replaced an SWF log with Parquet (a QA pass)
+    log = write_swf(tmp_path / "small.swf")
+    notes = tmp_path / "notes.parquet"
+    notes.write_text("not a trace")
+    for out in (log, notes, tmp_path / "new.swf.gz"):
+        code, _, err = invoke("scenario", "steady", "--tasks", "50", "--out", str(out))
+        assert code == 2 and "not a Parquet trace, or an SWF log's name" in err, err
+    assert log.read_text().startswith("; a small log") and notes.read_text() == "not a trace"
+    trace = tmp_path / "t.parquet"
+    for _ in range(2):  # a trace is replaced by the next one
+        assert invoke("scenario", "steady", "--tasks", "50", "--out", str(trace))[0] == 0
+
+
 def test_tune_and_judge_replace_their_own_outputs_but_need_force_beside_anything_else(
     tmp_path: Path,
 ) -> None:

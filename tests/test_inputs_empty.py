@@ -72,7 +72,7 @@ def test_evaluate_on_a_one_row_trace_names_the_seeds_it_has_then_runs_with_them(
 ):
     line = one_line_error(run("evaluate", "--traces", traces["one"], "--policies", "fifo",
                               "--workers", 2, "--out", tmp_path / "e"), str(traces["one"]))
-    assert "--seeds 0-0" in line and "slice_tasks=N" in line
+    assert "give seeds up to 0 (e.g. 0-0)" in line and "slice_tasks=N" in line
     ok = run("evaluate", "--traces", traces["one"], "--policies", "fifo", "--workers", 2,
              "--seeds", "0", "--out", tmp_path / "e")
     assert ok.exit_code == 0, ok.output

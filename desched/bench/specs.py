@@ -184,8 +184,8 @@ def past_last_slice(tspec: TraceSpec, seed: int, count: int) -> str:
         return (f"trace {tspec.spec!r}: fewer tasks than one slice of {tspec.slice_tasks}; "
                 f"give smaller slices ('{tspec.path}?slice_tasks=N')")
     return (f"trace {tspec.spec!r}: seed {seed} is past its last slice ({count} slice(s) of "
-            f"{tspec.slice_tasks} task(s): seeds 0..{count - 1}); give fewer seeds (--seeds 0-"
-            f"{max(count - 1, 0)}) or smaller slices ('{tspec.path}?slice_tasks=N')")
+            f"{tspec.slice_tasks} task(s): seeds 0..{count - 1}); give seeds up to {count - 1} "
+            f"(e.g. 0-{max(count - 1, 0)}) or smaller slices ('{tspec.path}?slice_tasks=N')")
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:

@@ -223,6 +223,15 @@ def scenario(
                            "`desched scenario list` describes them)")
     if out is None:
         raise DeschedError(f"scenario {name}: give --out FILE.parquet, the trace to write")
+    from desched.swf import is_swf
+
+    def parquet(path: Path) -> bool:
+        with path.open("rb") as f:
+            return f.read(4) == b"PAR1"
+
+    if is_swf(out) or (out.is_file() and not parquet(out)):
+        raise DeschedError(f"--out {out}: an existing file that is not a Parquet trace, or "
+                           "an SWF log's name; name a .parquet file")
     kwargs: dict[str, Any] = {"tasks": tasks, "load": load, "workers": workers, "seed": seed,
                               "predicted_noise": predicted_noise}
     if tenants is not None:
