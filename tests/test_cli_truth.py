@@ -371,6 +371,9 @@ def test_scenario_never_writes_a_trace_over_a_log_or_another_file(tmp_path: Path
     for out in (log, notes, tmp_path / "new.swf.gz"):
         code, _, err = invoke("scenario", "steady", "--tasks", "50", "--out", str(out))
         assert code == 2 and "not a Parquet trace, or an SWF log's name" in err, err
+        # nor does import-swf (the same check; predict's is in tests/test_training.py)
+        code, _, err = invoke("import-swf", str(log), "--out", str(out))
+        assert code == 2 and ("not a Parquet trace" in err or "is the input file" in err), err
     assert log.read_text().startswith("; a small log") and notes.read_text() == "not a trace"
     trace = tmp_path / "t.parquet"
     for _ in range(2):  # a trace is replaced by the next one

@@ -471,6 +471,13 @@ def test_the_cli_trains_predicts_and_lists_models_end_to_end(tmp_path: Path) -> 
     assert res.exit_code == 0, res.output
     assert pl.read_parquet(stale).select(sorted(written.columns)).equals(
         written.select(sorted(written.columns)))
+    # but never over a file that is not a trace (it had replaced any file: a QA pass)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    res = runner.invoke(cli, ["predict", "--registry", str(reg), "--trace", str(trace),
+                              "--out", str(notes)])
+    assert res.exit_code == 2 and "not a Parquet trace" in res.output
+    assert notes.read_text() == "mine"
 
 
 def test_the_cli_gives_one_line_errors_for_bad_arguments_and_missing_models(tmp_path: Path) -> None:

@@ -119,6 +119,24 @@ def written_over(inputs: dict[str, Path | None], outputs: Iterable[Path]) -> Non
                                    f"({path}); copy it elsewhere or give another --out")
 
 
+def trace_out(out: Path, option: str = "--out") -> Path:
+    """``out``, a trace file to write, unless it is an SWF log's name or an existing file
+    that is not a Parquet trace (which the write would destroy: a log, someone's notes);
+    a Parquet file there is replaced, as a trace rewritten in place is."""
+    from desched.swf import is_swf
+
+    def parquet(path: Path) -> bool:
+        with path.open("rb") as f:
+            return f.read(4) == b"PAR1"
+
+    if out.is_dir():
+        raise DeschedError(f"{option} {out}: is a folder; name a .parquet file")
+    if is_swf(out) or (out.is_file() and not parquet(out)):
+        raise DeschedError(f"{option} {out}: an existing file that is not a Parquet trace, or "
+                           "an SWF log's name; name a .parquet file")
+    return out
+
+
 def not_the_input(out: Path, source: Path, option: str = "--out") -> Path:
     """``out``, unless it names the same file as ``source`` (which the write would destroy)."""
     if out.resolve() == source.resolve():

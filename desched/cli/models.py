@@ -132,6 +132,9 @@ def predict(registry: Path, trace: Path, out: Path) -> None:
 
     if is_swf(trace) and out.resolve() == trace.resolve():
         raise click.UsageError(f"--out {out}: the SWF log itself; name a Parquet file")
+    from desched.cli.grammar import trace_out
+
+    trace_out(out)
     # refuse a bad or empty trace before loading the model; the predictions it may hold are
     # replaced, whatever their values
     frame = read_trace_or_swf(trace, replacing=("predicted_s", *QUANTILE_COLUMNS))

@@ -223,15 +223,9 @@ def scenario(
                            "`desched scenario list` describes them)")
     if out is None:
         raise DeschedError(f"scenario {name}: give --out FILE.parquet, the trace to write")
-    from desched.swf import is_swf
+    from desched.cli.grammar import trace_out
 
-    def parquet(path: Path) -> bool:
-        with path.open("rb") as f:
-            return f.read(4) == b"PAR1"
-
-    if is_swf(out) or (out.is_file() and not parquet(out)):
-        raise DeschedError(f"--out {out}: an existing file that is not a Parquet trace, or "
-                           "an SWF log's name; name a .parquet file")
+    trace_out(out)
     kwargs: dict[str, Any] = {"tasks": tasks, "load": load, "workers": workers, "seed": seed,
                               "predicted_noise": predicted_noise}
     if tenants is not None:
@@ -263,11 +257,12 @@ def import_swf(log: Path, out: Path, rejected: Path | None) -> None:
     processors and time become features, run time the duration. Jobs that cannot be used
     are dropped and counted by reason; --rejected keeps them with their reason.
     """
-    from desched.cli.grammar import not_the_input
+    from desched.cli.grammar import not_the_input, trace_out
     from desched.swf import import_swf as do_import
     from desched.trace import write_trace
 
     not_the_input(out, log)
+    trace_out(out)
     if rejected is not None:
         not_the_input(rejected, log, "--rejected")
         if rejected.resolve() == out.resolve():
