@@ -457,7 +457,9 @@ def compare(
 ) -> None:
     """Run several policies on one trace; print a table, write compare.json and a plot.
 
-    Each policy's run folder is OUT/<its spec, with ? and & as _>.
+    Each policy's run folder is OUT/<its spec, with ? and & as _>. With --force the runs
+    written replace their earlier files; the run folders of policies not in this run stay
+    (compare.json names this run's).
     """
     import re
 
