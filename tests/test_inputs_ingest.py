@@ -329,3 +329,22 @@ def test_a_rotated_or_copied_json_lines_log_is_read_on_from_what_was_loaded(tmp_
     ids = query(db, "SELECT task_id FROM decisions ORDER BY t")["task_id"].to_list()
     assert ids == ["a", "b"]
     assert query(db, "SELECT count(*) AS n FROM completions")["n"][0] == 2
+
+
+def test_a_copy_of_a_grown_json_lines_log_adds_only_what_it_adds_itself(tmp_path):
+    logs = tmp_path / "logs"
+    first = [decision(0, 0.0, "a"), completion(1, 1.0, "a")]
+    write_jsonl(logs / "decision-log.jsonl", first)
+    db = tmp_path / "w.duckdb"
+    run_once(logs, db)
+    # the log grows and is copied before the next run: the log's own run reads what is new,
+    # the copy nothing; then the copy grows by itself: that is read from it
+    grown = [*first, decision(10, 1.5, "g")]
+    write_jsonl(logs / "decision-log.jsonl", grown)
+    write_jsonl(logs / "copy-log.jsonl", grown)
+    run_once(logs, db)
+    write_jsonl(logs / "copy-log.jsonl", [*grown, decision(11, 1.6, "h")])
+    run_once(logs, db)
+    assert sorted(query(db, "SELECT task_id FROM decisions")["task_id"].to_list()) == [
+        "a", "g", "h"]
+    assert query(db, "SELECT count(*) AS n FROM quarantine")["n"][0] == 0

@@ -287,9 +287,10 @@ def _continuation(path: Path, key: str, fmt: LogFormat, size: int, mtime: int,
             and sha256_of(source, size) == sha256_of(path, size)):
         with path.open("rb") as f:
             lines = sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
-        state = replace(state, offset_bytes=size, records_read=lines)
+        state = replace(state, offset_bytes=size, records_read=lines,
+                        content_hash=sha256_of(path, min(size, HEAD_BYTES)))
     action = Action.GROWN if size > state.offset_bytes else Action.TOUCHED
-    return FileWork(key, fmt, action, size, mtime, earlier.content_hash, state, detail,
+    return FileWork(key, fmt, action, size, mtime, state.content_hash, state, detail,
                     continues=earlier.path)
 
 
