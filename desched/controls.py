@@ -59,6 +59,14 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 FIELDS = ("weight", "cap", "rate", "burst")
+WEIGHT_RANGE = (1e-6, 1e6)
+"""The weights a tenant may have: a counter of service divided by a weight outside this
+range overflows (5e-324 made VTC's counter infinite, and every tenant's order with it)."""
+MAX_CAP = 2**31 - 1
+RATE_RANGE = (1e-6, 1e9)
+"""Submits per second: from about one in 12 days (slower, and a 429's Retry-After runs to
+hundreds of digits) to a billion."""
+MAX_BURST = 1e9
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,14 +79,23 @@ class TenantControl:
     burst: float | None = None
 
     def __post_init__(self) -> None:
+        low, high = WEIGHT_RANGE
         if not (math.isfinite(self.weight) and self.weight > 0):
             raise DeschedError(f"weight must be a finite number > 0, got {self.weight!r}")
-        if self.cap is not None and (int(self.cap) != self.cap or self.cap < 1):
-            raise DeschedError(f"cap must be an integer >= 1, got {self.cap!r}")
+        if not low <= self.weight <= high:
+            raise DeschedError(f"weight must be between {low:g} and {high:g}, got "
+                               f"{self.weight!r}")
+        if self.cap is not None and (int(self.cap) != self.cap or not 1 <= self.cap <= MAX_CAP):
+            raise DeschedError(f"cap must be an integer from 1 to {MAX_CAP:,}, got {self.cap!r}")
         if self.rate is not None and not (math.isfinite(self.rate) and self.rate > 0):
             raise DeschedError(f"rate must be a finite number > 0 (per second), got {self.rate!r}")
-        if self.burst is not None and not (math.isfinite(self.burst) and self.burst >= 1):
-            raise DeschedError(f"burst must be a finite number >= 1, got {self.burst!r}")
+        if self.rate is not None and not RATE_RANGE[0] <= self.rate <= RATE_RANGE[1]:
+            raise DeschedError(f"rate must be between {RATE_RANGE[0]:g} and "
+                               f"{RATE_RANGE[1]:g} per second, got {self.rate!r}")
+        if self.burst is not None and not (math.isfinite(self.burst)
+                                           and 1 <= self.burst <= MAX_BURST):
+            raise DeschedError(f"burst must be a finite number from 1 to {MAX_BURST:g}, got "
+                               f"{self.burst!r}")
         if self.burst is not None and self.rate is None:
             raise DeschedError("burst needs a rate")
 

@@ -161,12 +161,30 @@ def test_the_admin_commands_refuse_bad_expiries_and_names_in_one_line(tmp_path: 
         (["tenants", "add", "x", "--expires", "2001-01-01"], "has passed"),
         (["workers", "add", "x", "--expires", "0s"], "positive"),
         (["workers", "revoke", "ghost"], "no worker 'ghost'"),
+        # past year 9999 the token had been stored, and every later `list` failed (QA)
+        (["tenants", "add", "x", "--expires", "99999999999d"], "past the year 9999"),
+        (["operators", "add", "x", "--expires", "999999999999999999999s"], "past the year"),
+        # the service itself: one line before start-up, not a traceback (QA)
+        (["serve", "--port", "18299", "--policy", "sjf-predicted"],
+         "ranks on predicted durations, and no duration model is loaded"),
+        (["serve", "--port", "18299", "--logs", str(Path(db) / "under-a-file")],
+         "cannot write here"),
     ):
         out = subprocess.run(
             [sys.executable, "-m", "desched.cli", *args, "--db", db],
-            capture_output=True, text=True, check=False,
+            capture_output=True, text=True, check=False, timeout=120,
         )
         assert out.returncode == 2 and out.stderr.count("\n") == 1 and says in out.stderr, out
+    listed = subprocess.run([sys.executable, "-m", "desched.cli", "tenants", "list", "--db", db],
+                            capture_output=True, text=True, check=False)
+    assert listed.returncode == 0 and listed.stdout.startswith("y\t"), listed
+    (tmp_path / "junk.db").write_text("not a database")
+    out = subprocess.run([sys.executable, "-m", "desched.cli", "serve", "--port", "18299",
+                          "--db", str(tmp_path / "junk.db")],
+                         capture_output=True, text=True, check=False, timeout=120)
+    assert out.returncode == 2 and out.stderr.strip() == (
+        f"error: --store {tmp_path / 'junk.db'}: not a desched store (file is not a "
+        "database)"), out
 
 
 def test_a_service_started_after_a_revocation_refuses_the_token(

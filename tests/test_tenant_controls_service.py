@@ -198,7 +198,13 @@ def test_tenants_set_refuses_bad_values_in_one_line(tmp_path: Path) -> None:
     db = str(tmp_path / "d.db")
     runner = CliRunner()
     for args, message in (
-        (["--cap", "0"], "cap must be an integer >= 1"),
+        (["--cap", "0"], "cap must be an integer from 1 to 2,147,483,647"),
+        # past what a counter, SQLite or a Retry-After can hold (a QA pass: 5e-324 made
+        # vtc's counter infinite for good; a huge cap raised OverflowError)
+        (["--weight", "5e-324"], "weight must be between 1e-06 and 1e+06, got 5e-324"),
+        (["--weight", "1e308"], "weight must be between 1e-06 and 1e+06"),
+        (["--cap", "99999999999999999999999"], "cap must be an integer from 1 to"),
+        (["--rate", "1e-300/s"], "rate must be between 1e-06 and 1e+09 per second"),
         (["--cap", "two"], "--cap 'two': expected int or none"),
         (["--weight", "-1"], "weight must be a finite number > 0"),
         (["--rate", "fast"], "--rate 'fast': expected a number > 0"),
@@ -208,4 +214,9 @@ def test_tenants_set_refuses_bad_values_in_one_line(tmp_path: Path) -> None:
         assert out.exit_code != 0 and message in out.output, (args, out.output)
     ok = runner.invoke(cli, ["tenants", "set", "tenant-a", "--rate", "5/s", "--db", db])
     assert ok.exit_code == 0 and "rate 5" in ok.output
+    # a tenant with no token yet: recorded, and said (a typo had passed in silence)
+    assert "note: no tenant 'tenant-a' has a token in this store" in ok.stderr
+    assert runner.invoke(cli, ["tenants", "add", "tenant-a", "--db", db]).exit_code == 0
+    again = runner.invoke(cli, ["tenants", "set", "tenant-a", "--weight", "2", "--db", db])
+    assert again.exit_code == 0 and "note:" not in again.stderr
     assert runner.invoke(cli, ["tenants", "set", "--help"]).exit_code == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import click
@@ -76,12 +77,32 @@ def serve(
         lease_s=lease_s,
         log_dir=log_dir,
     )
+    import sqlite3
+
     import uvicorn
 
+    from desched.cli.grammar import writable_folder
     from desched.service.app import create_app
-    from desched.service.store import Dialect, Store
+    from desched.service.store import Dialect, Store, parse_db
 
-    probe = Store(settings.db, durability=settings.durability)
+    if name is not None:  # refused before start-up, in one line, not by a failed start-up
+        from desched.models.registry import Registry
+        from desched.policies import get_policy
+
+        registry = settings.predictor_registry
+        if "predicted_s" in get_policy(name).reads and (
+                registry is None or Registry(registry).champion() is None):
+            raise DeschedError(
+                f"--policy {policy}: ranks on predicted durations, and no duration model is "
+                "loaded (give DESCHED_PREDICTOR_REGISTRY a registry with a champion, or start "
+                "without --policy and `desched policy set` it once a model is promoted)")
+    # decision records that could not be written would be lost after every commit
+    writable_folder(Path(settings.log_dir), "--logs")
+    try:
+        probe = Store(settings.db, durability=settings.durability)
+    except sqlite3.DatabaseError as exc:
+        raise DeschedError(f"--store {parse_db(settings.db)[1]}: not a desched store "
+                           f"({exc})") from None
     try:
         if probe.dialect is Dialect.SQLITE and probe.service_running():
             probe.acquire_writer_lock()  # raises: another service owns this SQLite file
@@ -184,7 +205,6 @@ def _store(db: str | None, must_exist: bool = False) -> Any:
     not created, so that a mistyped path does not read as a service with no tenants. A file
     that is not a SQLite database is refused in one line."""
     import sqlite3
-    from pathlib import Path
 
     from desched.service.store import Dialect, Store, parse_db
 
@@ -397,6 +417,11 @@ def tenants_set(name: str, weight: float | None, cap: str | None, rate: str | No
             control = TenantControl(**values)
         except DeschedError as exc:
             raise DeschedError(f"tenant {name!r}: {exc}") from None
+        from desched.service.records import Role
+
+        if name not in store.principals(Role.TENANT):  # a typo would leave the intended one
+            click.echo(f"note: no tenant {name!r} has a token in this store; its controls "
+                       f"apply once `desched tenants add {name}` gives it one", err=True)
         epoch = store.set_tenant_control(name, control)
         shown = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
                           for k, v in control.as_dict().items() if v is not None)

@@ -36,6 +36,8 @@ def iso(t: float) -> str:
 
 
 _UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_LAST_EXPIRY = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp()
+"""The latest expiry a token may have: later ones have no ISO time to list them by."""
 
 
 def parse_expiry(text: str, now: float) -> float:
@@ -49,6 +51,8 @@ def parse_expiry(text: str, now: float) -> float:
         seconds = float(match[1]) * _UNITS_S[match[2]]
         if seconds <= 0:
             raise DeschedError(f"--expires {text!r}: must be a positive duration")
+        if now + seconds > _LAST_EXPIRY:  # its token had been stored, and `list` then failed
+            raise DeschedError(f"--expires {text!r}: past the year 9999")
         return now + seconds
     try:
         when = datetime.fromisoformat(value)
