@@ -4,13 +4,13 @@ The same logic serves the simulator (``simulate(..., gate=...)``, ``desched simu
 --tenants FILE``) and the live service (``desched tenants set``), so that the bench measures
 what a control costs on exactly the rules the service applies.
 
-- **Weight** (``weight``, > 0, default 1). The service-counting policies (``vtc``,
+- **Weight** (``weight``, ``WEIGHT_RANGE``: 1e-6 to 1e6, default 1). The service-counting policies (``vtc``,
   ``fair-sjf``, ``ifs-counter``) advance a tenant's counter by ``service / weight``
   (``TaskTable.charge``), so while two tenants are both backlogged a tenant of weight 2
   receives twice the service of one of weight 1 (VTC's bound, divided by the weights:
   ``tests/test_tenant_controls.py``). Other policies ignore weights. Weight 1 divides by
   nothing: decisions are bit-identical to a run without controls.
-- **Concurrency cap** (``cap``, >= 1, default none). At most ``cap`` of the tenant's tasks
+- **Concurrency cap** (``cap``, 1 to ``MAX_CAP``, default none). At most ``cap`` of the tenant's tasks
   run (are leased) at once. The poll gets the policy's first candidate of a tenant under
   its cap: the first task of the policy's pop sequence (``desched/policies/base.py``) whose
   tenant is under its cap, and the policy's state is exactly that of a ``take`` of it (a
@@ -19,8 +19,8 @@ what a control costs on exactly the rules the service applies.
   nor against a limit (``Gate.choose``, which also says what the walk costs). When every
   queued task belongs to a tenant at its cap, the worker gets nothing and idles until a
   task ends or one arrives.
-- **Rate limit** (``rate`` submits per second, ``burst`` bucket size, default
-  ``max(1, rate)``). A token bucket per tenant, full at the start: a submit of ``n`` tasks
+- **Rate limit** (``rate`` submits per second, ``RATE_RANGE``; ``burst`` bucket size, 1 to
+  ``MAX_BURST``, default ``max(1, rate)``). A token bucket per tenant, full at the start: a submit of ``n`` tasks
   takes ``n`` tokens or is refused whole with the seconds until it would be admitted (HTTP
   429 with ``Retry-After``). The simulator models a client that retries exactly then
   (``shape_submits``): the policy sees the admitted time; waits are still measured from the
