@@ -169,6 +169,9 @@ def test_the_admin_commands_refuse_bad_expiries_and_names_in_one_line(tmp_path: 
          "ranks on predicted durations, and no duration model is loaded"),
         (["serve", "--port", "18299", "--logs", str(Path(db) / "under-a-file")],
          "cannot write here"),
+        # a clairvoyant bound is no policy to run (it had been accepted without a word)
+        (["serve", "--port", "18299", "--policy", "sjf-oracle"], "ranks on the true durations"),
+        (["policy", "set", "sjf-oracle"], "ranks on the true durations"),
     ):
         out = subprocess.run(
             [sys.executable, "-m", "desched.cli", *args, "--db", db],

@@ -89,6 +89,10 @@ def serve(
         from desched.models.registry import Registry
         from desched.policies import get_policy
 
+        if get_policy(name).clairvoyant():
+            raise DeschedError(f"--policy {policy}: ranks on the true durations, which a live "
+                               "service never knows (a bound for the bench, not a policy "
+                               "to run)")
         registry = settings.predictor_registry
         if "predicted_s" in get_policy(name).reads and (
                 registry is None or Registry(registry).champion() is None):
@@ -535,6 +539,9 @@ def policy_set(spec: str, db: str | None) -> None:
 
     name, raw = policy_spec(spec, "policy set")
     parsed = parse_params(name, raw)
+    if get_policy(name).clairvoyant():  # no live service knows a queued task's true duration
+        raise DeschedError(f"policy set {spec!r}: ranks on the true durations, which a live "
+                           "service never knows (a bound for the bench, not a policy to run)")
     store = _store(db)
     try:
         store.set_policy(name, raw)
