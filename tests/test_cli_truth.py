@@ -406,3 +406,11 @@ def test_tune_and_judge_replace_their_own_outputs_but_need_force_beside_anything
                           "2", "--out", str(used), "--force")
     assert code == 0, err
     assert {"card.json", "table.parquet"} <= {p.name for p in used.iterdir()}
+
+
+@pytest.mark.parametrize("value", ["nan", "-5", "0", "inf"])
+def test_live_demo_refuses_a_drain_limit_that_is_no_number_of_seconds(value: str) -> None:
+    # nan passed click's range (no comparison with it is true) and left the drain without a
+    # deadline; a negative one stopped the stack it had just started (a QA pass)
+    code, out, err = invoke("live-demo", "--timeout-s", value)
+    assert code == 2 and out == "" and "Invalid value for '--timeout-s'" in err, err

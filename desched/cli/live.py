@@ -14,6 +14,7 @@ stops them: ``stop_line``).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
@@ -125,6 +126,14 @@ def _tenant_table(db: Path) -> list[tuple[str, int, int, float, float, float]]:
     return out
 
 
+
+def _finite(value: float | None) -> float | None:
+    """``value`` unless NaN, which passes a click range (every comparison with it is false)
+    and would leave the drain without a deadline."""
+    if value is not None and math.isnan(value):
+        raise click.BadParameter("nan is not a number of seconds")
+    return value
+
 @click.command("live-demo")
 @click.option("--quick", is_flag=True, help="small and fast: 48 receipts, 2 workers, tiny model")
 @click.option("--receipts", type=click.IntRange(min=1), default=None,
@@ -140,7 +149,9 @@ def _tenant_table(db: Path) -> list[tuple[str, int, int, float, float, float]]:
 @click.option("--policy", default=TODAY_SCORER, show_default=True, metavar="SPEC",
               help="live policy: NAME or 'NAME?KEY=VALUE&KEY=VALUE'")
 @click.option("--out", default=None, help="output folder [data/live-demo/<time>]")
-@click.option("--timeout-s", type=float, default=None, help="drain time limit [900; quick 240]")
+@click.option("--timeout-s", type=click.FloatRange(min=0, min_open=True, max=86400.0),
+              default=None, callback=lambda _c, _p, v: _finite(v),
+              help="drain time limit, seconds [900; quick 240]")
 @click.option("--no-pipeline", is_flag=True, help="skip ingestion and retraining")
 @click.option("--keep", is_flag=True,
               help="leave the service (and its operator page), the Prefect server and the "
