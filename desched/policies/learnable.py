@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,9 +152,10 @@ def read_card_json(location: str | Path) -> tuple[Path, dict[str, Any]]:
 def check_weight_values(path: Path, weights: Mapping[str, Any]) -> None:
     """Refuse a weight that is not a finite number >= 0."""
     for key, value in weights.items():
+        # one exact comparison (ints and floats compare exactly): NaN, inf, negatives and
+        # integers past a double's range all fail it
         if (isinstance(value, bool) or not isinstance(value, (int, float))
-                or not math.isfinite(float(value) if abs(value) < 1e308 else math.inf)
-                or value < 0):
+                or not 0 <= value <= sys.float_info.max):
             shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
             raise DeschedError(f"{path}: weight {key!r} must be a finite number >= 0, "
                                f"got {shown}")
