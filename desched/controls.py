@@ -576,6 +576,9 @@ class KernelInputs:
     online: Any = None
     """The state of predictions made at each arrival
     (``desched.bench.online.OnlineLabels.kernel_state``), or None: the predictions above."""
+    tenant_names: Any = None
+    """The tenant names by code (a polars Series), where the caller built the codes from
+    them; the run's summary then needs no second pass over the names."""
 
 
 def kernel_inputs(frame: Any, controls: Controls | None) -> KernelInputs | None:
@@ -620,4 +623,5 @@ def kernel_inputs(frame: Any, controls: Controls | None) -> KernelInputs | None:
         weight=weight,
         predicted_p50_s=p50,
         predicted_p90_s=p90,
+        tenant_names=names,
     )

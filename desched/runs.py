@@ -276,6 +276,7 @@ def write_run(
     decision_log: bool = True,
     origin: float = 0.0,
     submit_s: pl.Series | None = None,
+    tenants: tuple[pl.Series, npt.NDArray[np.int64]] | None = None,
 ) -> RunSummary:
     """Write the run folder and return its summary (also written as ``summary.json``);
     ``decision_log=False`` leaves out ``decision-log.parquet`` (a bench run that does not
@@ -284,7 +285,8 @@ def write_run(
     precision however late the trace's clock starts; the metrics are computed there (waits,
     responses, slowdowns, ``summary.json``'s figures), and the files carry the trace's own
     clock: ``submit_s`` (the trace's column, given) and every other instant plus
-    ``origin``. Every column is built from arrays (numpy, polars), none row by row. The
+    ``origin``. ``tenants``: the tenant names and each task's code into them, where the
+    caller has them (``desched.controls.KernelInputs``). Every column is built from arrays (numpy, polars), none row by row. The
     Parquet files are written on a second thread (polars releases the GIL) while this one
     builds the decision log and computes the metrics; ``summary.json`` is written last, once
     every file is, and a failed write raises here."""
@@ -317,7 +319,7 @@ def write_run(
         elif log.exists():
             log.unlink()  # a stale log of an earlier run in this folder
         summary = summary_of(tasks, result, params=params, seed=seed, window_s=window_s,
-                             completed=completed)
+                             completed=completed, tenants=tenants)
         if origin:
             summary = summary.model_copy(update={"windows": [
                 w.model_copy(update={"start_s": w.start_s + origin, "end_s": w.end_s + origin})
@@ -341,16 +343,27 @@ def summary_of(
     seed: int,
     window_s: float | None = None,
     completed: npt.NDArray[np.int64] | None = None,
+    tenants: tuple[pl.Series, npt.NDArray[np.int64]] | None = None,
 ) -> RunSummary:
     """``summary.json``'s content (``RunSummary``). ``completed`` (``completion_order``, if
-    the caller has it) and the decision order spare the metrics two sorts."""
-    tenant = tasks["tenant"]
-    names = tenant.unique().sort()
-    codes = tenant.replace_strict(  # a hash lookup per row, far cheaper than a sort
-        names, pl.int_range(names.len(), eager=True), return_dtype=pl.Int64
-    )
+    the caller has it) and the decision order spare the metrics two sorts; ``tenants``
+    (names, and each task's code into them, in any order of the names) a pass over the
+    tasks' names."""
+    if tenants is None:
+        tenant = tasks["tenant"]
+        names = tenant.unique().sort()
+        codes = tenant.replace_strict(  # a hash lookup per row, far cheaper than a sort
+            names, pl.int_range(names.len(), eager=True), return_dtype=pl.Int64
+        ).to_numpy()
+    else:
+        # the same sorted names and codes: each code mapped to its name's rank
+        given, by_code = tenants
+        by_name = given.arg_sort().to_numpy()
+        rank = np.empty(by_name.size, dtype=np.int64)
+        rank[by_name] = np.arange(by_name.size, dtype=np.int64)
+        names, codes = given.sort(), rank[np.asarray(by_code, dtype=np.int64)]
     run = RunArrays(
-        tenant=codes.to_numpy(),
+        tenant=codes,
         tenant_names=names.to_numpy(),
         submit_s=tasks["submit_s"].to_numpy(),
         duration_s=tasks["duration_s"].to_numpy(),

@@ -140,3 +140,29 @@ def test_a_trace_column_named_like_a_run_column_is_kept_renamed_not_replaced() -
     assert out["trace_worker"].to_list() == [9, 9]
     assert out["start_s"].to_list() == [0.0, 0.0]
     assert sorted(out["worker"].to_list()) == [0, 1]
+
+
+@settings(max_examples=80, deadline=None)
+@given(traces(), st.lists(st.text(min_size=1, max_size=3), min_size=1, max_size=6,
+                          unique=True))
+def test_a_summary_from_the_kernels_tenant_codes_is_the_one_from_the_names(
+    trace: pl.DataFrame, alphabet: list[str]
+) -> None:
+    """``summary_of`` given the tenant names and codes of the kernel's inputs (names in order
+    of first appearance, any text) writes the summary it finds from the names itself."""
+    from desched.controls import kernel_inputs
+    from desched.runs import summary_of
+
+    names = trace["tenant"].unique(maintain_order=True).to_list()
+    rename = {old: alphabet[k % len(alphabet)] + str(k) for k, old in enumerate(names)}
+    trace = trace.with_columns(pl.col("tenant").replace_strict(rename))
+    tasks = TaskTable.from_frame(trace)
+    result = simulate(tasks, make_policy("fifo", tasks), 2)
+    run_tasks = tasks_frame(trace, result)
+    inputs = kernel_inputs(trace, None)
+    assert inputs is not None
+    given_codes = summary_of(run_tasks, result, params={}, seed=0,
+                             tenants=(inputs.tenant_names, inputs.tenant))
+    found = summary_of(run_tasks, result, params={}, seed=0)
+    assert given_codes.model_dump_json() == found.model_dump_json()  # NaN where no tasks
+    assert list(given_codes.per_tenant) == sorted(rename.values())

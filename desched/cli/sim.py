@@ -187,6 +187,7 @@ def run_policy(
         decision_log=decision_log,
         origin=origin,
         submit_s=submitted,
+        tenants=None if inputs is None else (inputs.tenant_names, inputs.tenant),
     )
 
 

@@ -317,7 +317,9 @@ def run(
     weight = np.ascontiguousarray(weight if weight.size else np.ones(1), dtype=np.float64)
     arrival = np.argsort(submit, kind="stable").astype(np.int64)
     arrival_t = np.append(submit[arrival], math.inf)
-    ttask = arrival[np.argsort(tenant[arrival], kind="stable")]
+    # codes 0..nt-1: below 65,536 of them a 16-bit key, which numpy's stable sort radix-sorts
+    key = tenant[arrival].astype(np.uint16) if nt <= 1 << 16 else tenant[arrival]
+    ttask = arrival[np.argsort(key, kind="stable")]
     tstart = np.zeros(nt + 1, dtype=np.int64)
     np.cumsum(np.bincount(tenant, minlength=nt), out=tstart[1:])
     prm = np.array([*spec.prm(params), 0.0], dtype=np.float64)
