@@ -331,6 +331,41 @@ def test_a_rotated_or_copied_json_lines_log_is_read_on_from_what_was_loaded(tmp_
     assert query(db, "SELECT count(*) AS n FROM completions")["n"][0] == 2
 
 
+@pytest.mark.parametrize("how", ["create", "create-later", "copytruncate"])
+def test_a_new_log_at_a_rotated_logs_path_is_read_whole_not_quarantined(tmp_path, how):
+    """logrotate's modes: the log renamed away and a new one created at its path (in one run
+    or seen in the next), or copied away and truncated in place. Every record is loaded once,
+    and nothing is quarantined as truncated."""
+    logs = tmp_path / "logs"
+    first = [decision(0, 0.0, "a"), completion(1, 1.0, "a")]
+    more = [decision(2, 2.0, "b")]
+    fresh = [decision(3, 3.0, "c"), completion(4, 4.0, "b"), completion(5, 5.0, "c")]
+    live = write_jsonl(logs / "decision-log.jsonl", first)
+    db = tmp_path / "w.duckdb"
+    run_once(logs, db)
+    write_jsonl(live, first + more)  # grows before the rotation
+    rotated = logs / "decision-log.jsonl.1"
+    if how == "copytruncate":
+        rotated.write_bytes(live.read_bytes())
+        write_jsonl(live, fresh)
+    else:
+        live.rename(rotated)
+        if how == "create-later":
+            run_once(logs, db)  # the path holds no log between the rename and the new one
+        write_jsonl(live, fresh)
+    for _ in range(2):
+        run_once(logs, db)
+    assert sorted(query(db, "SELECT task_id FROM decisions")["task_id"].to_list()) == [
+        "a", "b", "c"]
+    assert sorted(query(db, "SELECT task_id FROM completions")["task_id"].to_list()) == [
+        "a", "b", "c"]
+    assert query(db, "SELECT count(*) AS n FROM quarantine")["n"][0] == 0
+    # the new log grows on: read from where it was read to
+    write_jsonl(live, [*fresh, decision(6, 6.0, "d")])
+    run_once(logs, db)
+    assert query(db, "SELECT count(*) AS n FROM decisions")["n"][0] == 4
+
+
 def test_a_copy_of_a_grown_json_lines_log_adds_only_what_it_adds_itself(tmp_path):
     logs = tmp_path / "logs"
     first = [decision(0, 0.0, "a"), completion(1, 1.0, "a")]

@@ -9,7 +9,9 @@ JSON-lines files are appended to: a file that grew is read from the byte after t
 complete line read before; a partial last line waits for the next run. A JSON-lines file that
 shrank, or whose first bytes changed, is ``truncated_file``: reported and quarantined whole,
 keeping the rows read before; it is read again once it grows back past its offset with the
-same head.
+same head, unless the log was rotated: where another log (a new file in the run continuing its
+loaded bytes, below, or one loaded before) begins with the bytes it was read to, the file
+now at its path is a new log, read from its first byte.
 
 Copies. A Parquet log byte-identical to one loaded (or loaded earlier in the run) is skipped
 and kept in the ledger as a ``copy``, so no later run loads it when its original changes. A
@@ -23,7 +25,9 @@ Nothing is skipped silently. Every file under the logs folder is either read as 
 named with the reason it was skipped (``survey``): a file whose name matches a pattern of
 ``IngestSettings.patterns`` is a log; any other ``.parquet`` file with a ``kind`` column, or
 ``.jsonl``/``.ndjson`` file whose first line is a record with a ``kind``, is a log by its
-content (``decisions-1.parquet``, ``run-2.jsonl``); every other file is skipped, reported with
+content (``decisions-1.parquet``, ``run-2.jsonl``); a rotated JSON-lines log is read as the
+log whose name it ends (``run-log.jsonl.1``, ``run-log.jsonl-20261207``; not a compressed
+one); every other file is skipped, reported with
 its reason (a simulator's ``tasks.parquet`` and ``decisions.parquet``, beside the run's
 ``summary.json``, are not logs even where a trace column named ``kind`` was carried into
 them; a ``summary.json`` is not a log format).
@@ -35,6 +39,7 @@ import fnmatch
 import hashlib
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -116,6 +121,10 @@ class FileWork:
     """A new JSON-lines log that begins with the bytes of this loaded one (a copied or
     rotated log): ``previous`` is that log's state, and the file is read on from where that
     log was read to."""
+    restarts: bool = False
+    """A new JSON-lines log at the path of one rotated away (another file in this run
+    continues its loaded bytes): ``previous`` is the rotated log's state, and the file is read
+    from its first byte."""
 
 
 @dataclass
@@ -177,10 +186,21 @@ def save_state(con: duckdb.DuckDBPyConnection, state: FileState) -> None:
 LOG_SUFFIXES = (".parquet", ".jsonl", ".ndjson")
 
 
+ROTATED = re.compile(r"(?P<log>.+\.(?:jsonl|ndjson))(?:[.-][0-9]+)+", re.IGNORECASE)
+"""A rotated JSON-lines log's name (logrotate's ``run-log.jsonl.1``, ``run-log.jsonl-20261207``):
+read as the log whose name it ends (a compressed one, ``.gz``, is not read)."""
+
+
+def log_name(name: str) -> str:
+    """``name`` without a rotation's numbered tail (``ROTATED``)."""
+    rotated = ROTATED.fullmatch(name)
+    return rotated.group("log") if rotated else name
+
+
 def _not_a_log(path: Path) -> str | None:
     """Why ``path``, whose name matches no log pattern, is not a log by its content (None: it
     is one)."""
-    suffix = path.suffix.lower()
+    suffix = Path(log_name(path.name)).suffix.lower()
     if suffix not in LOG_SUFFIXES:
         return f"not a log format ({suffix or 'no suffix'}; logs are .parquet or .jsonl)"
     if path.name in RUN_TABLES and (path.parent / "summary.json").is_file():
@@ -226,7 +246,8 @@ def survey(logs_dir: str | Path, patterns: Sequence[str]) -> tuple[list[Path], d
         path = p.resolve()
         if any(part.startswith(".") for part in p.relative_to(root).parts):
             skipped[str(path)] = "hidden file"
-        elif any(fnmatch.fnmatch(p.name, pattern) for pattern in patterns) or (reason := _not_a_log(p)) is None:
+        elif any(fnmatch.fnmatch(log_name(p.name), pattern) for pattern in patterns) or (
+                reason := _not_a_log(p)) is None:
             logs.add(path)
         else:
             skipped[str(path)] = reason
@@ -365,4 +386,42 @@ def plan(
             else:
                 action = Action.TOUCHED
         work.append(FileWork(key, fmt, action, size, mtime, content_hash, prev, detail))
-    return work, unchanged
+    # A log rotated away (its loaded bytes continued by a new file in this run, or held by
+    # another loaded log since an earlier one) leaves its path to a new log: read that from
+    # its first byte, not quarantined as truncated, and after the rest (the rotated log's
+    # records come before the new log's)
+    work = [_restarted(w) if w.action is Action.TRUNCATED and (
+                w.path in claimed or _held_elsewhere(w, states)) else w
+            for w in work]
+    return [w for w in work if not w.restarts] + [w for w in work if w.restarts], unchanged
+
+
+def _held_elsewhere(work: FileWork, states: dict[str, FileState]) -> bool:
+    """Whether another loaded JSON-lines log (a rotated or copied one, loaded in an earlier
+    run) begins with the bytes ``work``'s path was read to: the first ``min(offset,
+    HEAD_BYTES)`` of them, whose hash its ledger row keeps."""
+    prev = work.previous
+    if prev is None or work.format is LogFormat.PARQUET or not prev.content_hash:
+        return False
+    n = min(prev.offset_bytes, HEAD_BYTES)
+    for st in states.values():
+        if (st.path == prev.path or st.format is LogFormat.PARQUET or st.status != "loaded"
+                or st.offset_bytes < prev.offset_bytes or n == 0):
+            continue
+        other = Path(st.path)
+        try:
+            if other.stat().st_size >= n and sha256_of(other, n) == prev.content_hash:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _restarted(work: FileWork) -> FileWork:
+    """The work of a new JSON-lines log at the path of one rotated away: read from its
+    first byte (the rows loaded from the path before stay: the rotated file holds their
+    bytes, and its continuation reads on after them)."""
+    path = Path(work.path)
+    return replace(work, action=Action.NEW, restarts=True,
+                   content_hash=sha256_of(path, min(work.size_bytes, HEAD_BYTES)),
+                   detail="a new log where the rotated one was")

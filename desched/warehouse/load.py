@@ -426,10 +426,13 @@ def ingest_file(
         # loading it again would double its rows
         return FileReport(work.path, work.format.value, Action.SKIPPED.value,
                           detail="loaded by another run since this one planned")
-    state = (
-        _fresh_state(work) if replacing or work.previous is None
-        else replace(work.previous, status="loaded")
-    )
+    if replacing or work.previous is None:
+        state = _fresh_state(work)
+    elif work.restarts:  # a new log at a rotated one's path: its rows so far stay counted
+        state = replace(_fresh_state(work), rows_loaded=work.previous.rows_loaded,
+                        rows_quarantined=work.previous.rows_quarantined)
+    else:
+        state = replace(work.previous, status="loaded")
     con.begin()
     try:
         if replacing:
