@@ -414,3 +414,36 @@ def test_live_demo_refuses_a_drain_limit_that_is_no_number_of_seconds(value: str
     # deadline; a negative one stopped the stack it had just started (a QA pass)
     code, out, err = invoke("live-demo", "--timeout-s", value)
     assert code == 2 and out == "" and "Invalid value for '--timeout-s'" in err, err
+
+
+def test_a_write_that_creates_the_store_says_so(tmp_path: Path) -> None:
+    """A mistyped --store on a write (tenants set, policy set, tenants add) creates a store
+    the running service never reads: the command says that it created one, once."""
+    for k, args in enumerate((["tenants", "set", "acme", "--weight", "2"],
+                              ["policy", "set", "fifo"], ["tenants", "add", "acme"])):
+        store = tmp_path / f"typo{k}.db"
+        code, _, err = invoke(*args, "--store", str(store))
+        assert code == 0
+        assert f"note: --store {store} did not exist: created a new store" in err
+        code, _, err = invoke(*args, "--store", str(store))
+        assert "did not exist" not in err
+
+
+def test_a_locked_store_is_named_locked_not_foreign(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sqlite3
+
+    from desched.service.store import Store
+
+    store = tmp_path / "state.db"
+    assert invoke("tenants", "add", "acme", "--store", str(store))[0] == 0
+
+    def locked(self: Store) -> None:
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(Store, "migrate", locked)
+    code, out, err = invoke("tenants", "list", "--store", str(store))
+    assert code == 2 and out == ""
+    assert err == (f"error: --store {store}: locked by another process (database is locked); "
+                   "try again\n")

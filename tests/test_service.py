@@ -577,7 +577,7 @@ def test_tenants_add_prints_a_token_that_is_stored_hashed(backend: Backend) -> N
     runner = CliRunner()
     out = runner.invoke(cli, ["tenants", "add", "acme", "--db", db])
     assert out.exit_code == 0, out.output
-    token = out.output.strip()
+    token = out.stdout.strip()  # the note that the store was created goes to stderr
     assert len(token) >= 40
     again = runner.invoke(cli, ["tenants", "add", "acme", "--db", db])
     assert again.exit_code == 2 and "already exists" in again.output

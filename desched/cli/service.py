@@ -214,17 +214,28 @@ def _store(db: str | None, must_exist: bool = False) -> Any:
 
     settings = _settings(db=db)
     dialect, target = parse_db(settings.db)
-    if dialect is Dialect.SQLITE and must_exist:
+    created = False
+    if dialect is Dialect.SQLITE:
         path = Path(target)
-        if not path.is_file() or path.stat().st_size == 0:
+        absent = not path.is_file() or path.stat().st_size == 0
+        if absent and must_exist:
             what = "is an empty file" if path.is_file() else "does not exist"
             raise DeschedError(f"--store {target}: {what}, not a desched store (give the "
                                "store `desched serve` runs on)")
+        created = absent
     try:
         store = Store(settings.db, durability=settings.durability)
         store.migrate()
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise DeschedError(f"--store {target}: locked by another process ({exc}); "
+                               "try again") from None
+        raise DeschedError(f"--store {target}: not a desched store ({exc})") from None
     except sqlite3.DatabaseError as exc:
         raise DeschedError(f"--store {target}: not a desched store ({exc})") from None
+    if created:  # a mistyped path would otherwise read as the service's store
+        click.echo(f"note: --store {target} did not exist: created a new store (a service "
+                   "running on another store does not see this change)", err=True)
     return store
 
 
