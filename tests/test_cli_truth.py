@@ -447,3 +447,15 @@ def test_a_locked_store_is_named_locked_not_foreign(
     assert code == 2 and out == ""
     assert err == (f"error: --store {store}: locked by another process (database is locked); "
                    "try again\n")
+
+
+def test_evaluate_says_when_a_seed_is_named_twice_and_runs_it_once(tmp_path: Path) -> None:
+    trace = write_swf(tmp_path / "s.swf", jobs=120)
+    code, _, err = invoke("evaluate", "--traces", str(trace), "--policies", "fifo",
+                          "--seeds", "1,1;0-1", "--workers", "2", "--out", str(tmp_path / "ev"))
+    assert code == 0, err
+    assert "note: --seeds '1,1;0-1' names seed 1 more than once; each runs once" in err
+    import json
+
+    cells = json.loads((tmp_path / "ev" / "evaluation.json").read_text())["cells"]
+    assert sorted(c["seed"] for c in cells) == [0, 1]

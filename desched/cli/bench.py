@@ -32,10 +32,23 @@ def _split(values: tuple[str, ...], option: str) -> list[str]:
     return once
 
 
-def _seeds(text: str | None) -> list[int] | None:
+def _seeds(text: str | None, option: str = "--seeds") -> list[int] | None:
+    """The seeds ``text`` names, each once: a seed named twice would run twice and count as
+    two (narrowing every interval); said on stderr."""
     from desched.bench.specs import parse_seeds
 
-    return list(parse_seeds(text)) if text else None
+    if not text:
+        return None
+    named: list[int] = []
+    for part in text.replace(",", ";").split(";"):
+        if part.strip():
+            named.extend(parse_seeds(part))
+    once = list(parse_seeds(text))
+    if len(named) > len(once):
+        twice = ", ".join(str(s) for s in once if named.count(s) > 1)
+        click.echo(f"note: {option} {text!r} names seed {twice} more than once; each runs "
+                   "once", err=True)
+    return once
 
 
 @click.command()
@@ -72,8 +85,9 @@ def evaluate(
 
     fresh_folder(out, force)
     trace_specs, policy_specs = _split(traces, "--traces"), _split(policies, "--policies")
-    cells = ev.cells_of(trace_specs, policy_specs, _seeds(seeds) or [])
-    for note in ev.slice_notes(trace_specs, _seeds(seeds) or []):
+    seed_list = _seeds(seeds) or []
+    cells = ev.cells_of(trace_specs, policy_specs, seed_list)
+    for note in ev.slice_notes(trace_specs, seed_list):
         click.echo(note, err=True)
     results = ev.run_cells(cells, workers, window_s, jobs)
     rows = ev.aggregate(results, baseline if baseline in policy_specs else None)
@@ -137,7 +151,8 @@ def tune(
     try:
         settings = TuneSettings(
             train=_split(traces, "--trace"), heldout=_split(heldout, "--heldout") or None,
-            train_seeds=_seeds(train_seeds), heldout_seeds=_seeds(heldout_seeds),
+            train_seeds=_seeds(train_seeds, "--train-seeds"),
+            heldout_seeds=_seeds(heldout_seeds, "--heldout-seeds"),
             workers=workers, learner=learner,  # type: ignore[arg-type]
             trials=trials, seed=seed, windows=windows,
             objective=Objective(fairness_weight=fairness_weight), **named,
