@@ -1,0 +1,152 @@
+"""``boost-now``, a candidate for issue 19: ``boost-predicted`` with every queued task's boost
+under the *latest* γ estimate, not the one of its push. Not registered: run
+
+    .venv/bin/python -m scripts.boost_now --out data/judge-boost-now
+
+to register it in this process and run ``desched judge --set dev --jobs 1`` on it beside
+``boost-predicted`` (its own judge options may follow).
+
+Why. A QA pass (2026-12-07, outside eyes) found the recommended policy far from
+first-come where every label is equal: on a log whose jobs all run 100 s and are predicted
+100 s, ``boost-predicted`` had a p99 response of 6,620 s against first-come's 1,231 s, and
+5.35x today's p99 in the judge. γ-Boost ranks by ``A_i - b(l_i)`` with one γ, the system's
+tail decay rate; equal labels then get equal boosts and the order is first-come. The policy
+estimates γ online (from the last ``window`` dispatches) and fixes each task's boost at its
+push with the γ of that moment; ``b`` grows like ``ln(1/γ)/γ`` as γ falls, so a task pushed
+while the estimate was low (a lull) keeps a boost of tens of thousands of seconds and passes
+every task pushed later in a busier spell, equal labels or not. Ranking every queued task
+under the current estimate is what Boost's rule says for a γ that moves; it costs a rebuild
+of the queue's heap when γ is re-solved (every ``window`` dispatches), O(queue).
+
+The rule, fixed and committed before any run of this candidate:
+
+- *Order.* ``boost-predicted``'s, every parameter at its default (``scale`` 10, ``window``
+  256, no sympathy guard), except that at every decision a queued task's boost is ``b(l_i)``
+  under the γ of the estimator at that decision (0 before the first estimate, as in
+  ``boost-predicted``); the sympathy due time stays fixed at push. The score logged is the
+  winner's boosted arrival ``submit_s - b`` under that γ, part: ``b``.
+- *The run.* ``desched judge --set dev --jobs 1`` on ``boost-predicted`` and ``boost-now``,
+  online predictions, the recommendation rule of ``desched.bench.rule`` unchanged.
+- *What counts.* ``boost-now`` is taken (registered with a kernel, then made the service's
+  default in its place, in a later session) only if the rule ranks it above
+  ``boost-predicted`` on the development logs; the held-back logs are then run once to
+  confirm it. Otherwise it is rejected, with its figures in docs/deploy-policy.md.
+
+With every label equal the order is first come, first served whatever γ does: a test checks
+it against ``fifo`` on the QA pass's kind of trace.
+
+What we expect, written before the run. The tail improves where γ moves most (bursty logs:
+LLNL-Thunder, Sandia-Ross, whose p99 is 1.14x and 1.49x today's under ``boost-predicted``);
+the gain may fall a little where stale large boosts happened to favour short tasks. Whether
+it keeps the promises on more workloads than ``boost-predicted``'s 4 of 6 we do not know.
+
+The fast class is ``boost-predicted``'s with its key heap rebuilt when the estimator moves γ;
+its naive twin keeps the plain queue of ``NaivePolicy`` and the naive estimator of
+``boost-predicted``'s twin, and computes each queued task's boost afresh at every decision.
+Caps and priority levels: ``pop_sequence`` walks the keys of the moment, as
+``boost-predicted``'s does (γ moves only at a dispatch, between two such walks).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from desched.policies.base import NaivePolicy, PolicyParams
+from desched.policies.boost_predicted import BoostParams, BoostPredicted, NaiveBoostHistory
+from desched.trace import TaskTable
+
+
+class BoostNow(BoostPredicted):
+    """``boost-predicted`` ranking every queued task under the latest γ (module docstring).
+    Cost: ``boost-predicted``'s plus O(queue) each time γ is re-solved."""
+
+    name = "boost-now"
+    summary = ("γ-Boost on predicted sizes, every queued task's boost under the latest γ "
+               "estimate")
+
+    def take(self, i: int, now: float) -> None:
+        before = self.estimator.gamma
+        super().take(i, now)
+        if self.estimator.gamma != before:
+            self._rekey()
+
+    def _rekey(self) -> None:
+        """Every queued task's boost and boosted arrival under the current γ; the heaps
+        rebuilt from the live entries only."""
+        est, submit = self.estimator, self.tasks.submit_s
+        keys: dict[int, tuple[float, float, float]] = {}
+        for i, (_, _, due) in self.keys.items():
+            b = est.boost(*est.label(i))
+            keys[i] = (b, submit[i] - b, due)
+        self.keys = keys
+        self.by_key = [(k, submit[i], i) for i, (_, k, _) in keys.items()]
+        self.by_due = [(d, submit[i], i) for i, (_, _, d) in keys.items() if d != math.inf]
+        heapq.heapify(self.by_key)
+        heapq.heapify(self.by_due)
+        self.dead = 0
+        self.stale.clear()
+
+
+class BoostNowNaive(NaivePolicy):
+    """Reference: the naive estimator of ``boost-predicted``'s twin; a decision scans the
+    queue for the due task with the earliest due time, else the smallest boosted arrival,
+    each boost computed there under the estimator's current γ."""
+
+    name = "boost-now"
+    summary = BoostNow.summary
+    Params = BoostParams
+    components = ("boost_s",)
+    reads = frozenset({"predicted_s", "predicted_p50_s", "predicted_p90_s"})
+    tenant_state = frozenset({"clock"})
+    params: BoostParams
+
+    def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
+        super().__init__(tasks, params)
+        self.est = NaiveBoostHistory(self.tasks, self.params)
+        self.due: dict[int, float] = {}
+
+    def push(self, i: int, now: float) -> None:
+        self.est.pushed(i)
+        s = self.tasks.submit_s[i]
+        on = self.params.sympathy != 0.0 and self.est.g is not None
+        self.due[i] = s + self.params.sympathy * self.est.size if on else math.inf
+        super().push(i, now)
+
+    def key(self, i: int, now: float) -> tuple[float, ...]:
+        s = self.tasks.submit_s[i]
+        if self.due[i] <= now:
+            return (1.0, -self.due[i], -s, -i)
+        return (0.0, -(s - self.est.boost_of(i)), -s, -i)
+
+    def explain(self, i: int, now: float) -> tuple[float, tuple[float, ...]]:
+        b = self.est.boost_of(i)
+        return self.tasks.submit_s[i] - b, (b,)
+
+    def taken(self, i: int, now: float) -> None:
+        del self.due[i]
+        self.est.dispatched(i)
+
+    def removed(self, i: int, now: float) -> None:
+        del self.due[i]
+
+    def complete(self, i: int, now: float, duration_s: float) -> None:
+        self.est.completed(i)
+
+
+BoostNow.naive = BoostNowNaive
+
+
+def main(argv: list[str]) -> None:
+    from desched.cli import cli
+    from desched.policies import REGISTRY
+
+    REGISTRY[BoostNow.name] = BoostNow
+    cli.main(["judge", "--set", "dev", "--jobs", "1",
+              "--policies", "boost-predicted,boost-now", *argv])
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])
