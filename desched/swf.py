@@ -80,6 +80,16 @@ _INTEGER_FIELDS = (
     "queue",
 )
 _GZIP_MAGIC = b"\x1f\x8b"
+_OTHER_COMPRESSION = {b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"PK\x03\x04": "zip",
+                      b"\x28\xb5\x2f\xfd": "zstd", b"\x04\x22\x4d\x18": "lz4"}
+"""Magic bytes of the compressions an SWF archive file may come in besides gzip."""
+_COMPRESSED_SUFFIXES = {".bz2": "bzip2", ".xz": "xz", ".zip": "zip", ".zst": "zstd",
+                        ".lz4": "lz4", ".7z": "7-zip"}
+
+
+def _compression_refused(path: Path, kind: str) -> DeschedError:
+    return DeschedError(f"{path}: compressed with {kind}; desched reads SWF logs as plain "
+                        "text or gzip (.swf, .swf.gz): decompress it first")
 REJECTED_SCHEMA = {"line": pl.Int64, "reason": pl.String, "text": pl.String}
 """Columns of ``SwfReport.rejected``."""
 
@@ -149,6 +159,9 @@ def _read_text(path: Path) -> str:
         raise DeschedError(
             f"{path}: not a readable SWF file ({type(exc).__name__}: {exc})"
         ) from None
+    for magic, kind in _OTHER_COMPRESSION.items():
+        if raw.startswith(magic):
+            raise _compression_refused(path, kind)
     raw = raw.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark
     if b"\x00" in raw:
         raise DeschedError(f"{path}: not a readable SWF file (binary content)")
@@ -311,6 +324,10 @@ def read_trace_or_swf(path: str | Path, replacing: tuple[str, ...] = ()) -> pl.D
     ``desched import-swf`` does, without writing it; its ``swf_wait_s`` gives the history
     features the jobs' real end times). Errors name the file. ``replacing``: as
     ``read_trace``'s."""
+    name = Path(path).name.lower()
+    stem, dot, ext = name.rpartition(".")
+    if dot and stem.endswith(".swf") and f".{ext}" in _COMPRESSED_SUFFIXES:
+        raise _compression_refused(Path(path), _COMPRESSED_SUFFIXES[f".{ext}"])
     if is_swf(path):
         frame, report = import_swf(path)
         if frame.height == 0:

@@ -317,6 +317,10 @@ def test_desched_judge_refuses_bad_logs_and_an_unknown_scenario_before_any_work(
          f"error: --logs: {tmp_path / 'again' / '..' / 's.swf'}: named twice"),
         (["--logs", log, "--scenarios", "steady,nosuch"],
          "error: --scenarios: unknown scenario 'nosuch' (scenarios: "),
+        (["--logs", log, "--policies", " , "],  # it had judged every candidate (QA)
+         "error: --policies: no policy named (leave the option out"),
+        (["--logs", str(write_swf(tmp_path / "steady.swf", 200, 3)), "--scenarios", "steady"],
+         "error: --logs: the log 'steady' has the name of a scenario in --scenarios"),
     ):
         res = CliRunner().invoke(cli, ["judge", *args, "--out", str(tmp_path / "out")])
         assert res.exit_code == 2
@@ -546,3 +550,31 @@ def test_desched_judge_adds_the_frontier_on_predictions_when_asked_and_nothing_e
     option = next(p for p in judge.params if p.name == "on_predictions")
     assert option.default is False
     assert "--frontier-on-predictions" in CliRunner().invoke(cli, ["judge", "--help"]).output
+
+
+def bad_tuner(policy: str, training: list[Case]) -> object:
+    """A --tune target that returns no mapping (the QA pass's ``badtune:notdict``)."""
+    return ["scale", 2.0]
+
+
+def unknown_parameter_tuner(policy: str, training: list[Case]) -> dict[str, float]:
+    return {"nosuch": 1.0}
+
+
+def test_a_custom_tuner_that_returns_no_parameters_is_named_in_one_line(tmp_path: Path) -> None:
+    logs = ",".join(str(write_swf(tmp_path / f"s{k}.swf", 200, k)) for k in (1, 2))
+    for target, says in (
+        ("tests.test_judge:bad_tuner",
+         ("error: --tune 'tests.test_judge:bad_tuner': returned list for policy "
+          "'boost-predicted', not a mapping of its parameters")),
+        ("tests.test_judge:unknown_parameter_tuner",
+         ("error: --tune 'tests.test_judge:unknown_parameter_tuner' for policy "
+          "'boost-predicted': policy 'boost-predicted' has no parameter 'nosuch'")),
+        ("os:getcwd",
+         "error: --tune 'os:getcwd': cannot be called as tune(policy, training_cases)"),
+    ):
+        res = CliRunner().invoke(cli, ["judge", "--logs", logs, "--scenarios", "none",
+                                       "--policies", "boost-predicted", "--tune", target,
+                                       "--no-cache", "--out", str(tmp_path / "out")])
+        assert res.exit_code == 2, res.output
+        assert res.output.strip().splitlines()[-1].startswith(says), res.output

@@ -300,3 +300,19 @@ def test_a_dropped_jobs_note_is_said_once_between_processes_sharing_notes(
                               capture_output=True, text=True, check=True).stdout.split()
         # removed at that process's exit, also one that skips the exit hooks (exit_now)
         assert made[1] == "True" and not Path(made[0]).exists(), end
+
+
+def test_a_log_compressed_other_than_with_gzip_is_named_so(tmp_path: Path) -> None:
+    """bzip2, xz or zip logs (an archive's other downloads) are refused naming the
+    compression, by content (whatever the name) and by name (before reading a Parquet)."""
+    import bz2
+    import lzma
+
+    text = b"1 0 -1 10 1 -1 -1 1 10 -1 1 1 1 -1 1 -1 -1 -1\n"
+    cases = {"a.swf.bz2": (bz2.compress(text), "bzip2"), "b.swf.xz": (lzma.compress(text), "xz"),
+             "c.swf.gz": (bz2.compress(text), "bzip2"), "d.swf": (lzma.compress(text), "xz")}
+    for name, (data, kind) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(DeschedError, match=f"compressed with {kind}; desched reads SWF"):
+            read_trace_or_swf(path)

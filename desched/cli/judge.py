@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,27 @@ def _tuner(target: str | None) -> Any:
         raise DeschedError(f"--tune {target!r}: cannot load it ({exc})") from None
     if not callable(fn):
         raise DeschedError(f"--tune {target!r}: not callable")
-    return fn
+
+    def tuned(name: str, training: Any) -> dict[str, Any]:
+        """``fn``'s parameters for policy ``name``, checked: a mapping of its parameters."""
+        from desched.policies import parse_params
+
+        try:
+            params = fn(name, training)
+        except TypeError as exc:
+            raise DeschedError(f"--tune {target!r}: cannot be called as "
+                               f"tune(policy, training_cases) ({exc})") from None
+        if not isinstance(params, Mapping):
+            raise DeschedError(f"--tune {target!r}: returned {type(params).__name__} for "
+                               f"policy {name!r}, not a mapping of its parameters")
+        try:
+            parse_params(name, dict(params))
+        except DeschedError as exc:
+            raise DeschedError(f"--tune {target!r} for policy {name!r}: {exc}") from None
+        return dict(params)
+
+    tuned.__name__ = getattr(fn, "__name__", attr)
+    return tuned
 
 
 @click.command()
@@ -146,6 +167,13 @@ def judge(logs: tuple[str, ...], which: str, scenarios: str, policies: tuple[str
         raise DeschedError(f"--scenarios: unknown scenario {unknown[0]!r} (scenarios: "
                            f"{', '.join(SCENARIOS)}, or 'none')")
     candidates = _split(policies) or None
+    if policies and candidates is None:
+        raise DeschedError("--policies: no policy named (leave the option out for every "
+                           "registered policy that ranks on predicted_s)")
+    clash = sorted({log_name(Path(p)) for p in log_paths} & set(scenario_names))
+    if clash:
+        raise DeschedError(f"--logs: the log {clash[0]!r} has the name of a scenario in "
+                           "--scenarios (rename the file, or leave the scenario out)")
     if candidates is not None:
         from desched.bench.specs import PolicySpec
 
