@@ -136,3 +136,24 @@ def test_the_valid_bodies_are_accepted_by_the_schema_and_the_routes(client: Test
         headers = {"Authorization": f"Bearer {token_for(path)}"}
         r = client.request(method.upper(), url, json=body, headers=headers)
         assert r.status_code != 422 and r.status_code < 500, (path, r.text)
+
+
+def test_a_body_json_cannot_read_is_a_422_naming_the_body(client: TestClient) -> None:
+    """An integer of more than 4,300 digits, or bytes that are not UTF-8, had a bare 400
+    ('There was an error parsing the body') where every other malformed body gets a 422
+    (a QA pass); nothing is written."""
+    headers = {"Authorization": f"Bearer {TOKENS['tenant']}",
+               "Content-Type": "application/json"}
+    huge = b'{"task_type": "extract", "document_ref": "s3://d/1", "pages": ' + b"9" * 5000 + b"}"
+    not_utf8 = b'{"task_type": "extract\xff\xfe", "document_ref": "s3://d/1"}'
+    for body in (huge, not_utf8):
+        r = client.post("/v1/tasks", content=body, headers=headers)
+        assert r.status_code == 422, r.text
+        [error] = r.json()["detail"]
+        assert error["loc"] == ["body"] and error["type"] == "json_invalid"
+        worker = {**headers, "Authorization": f"Bearer {TOKENS['worker']}"}
+        r = client.post("/v1/poll", content=body.replace(b"pages", b"free_mem_mb"),
+                        headers=worker)
+        assert r.status_code == 422, r.text
+    assert client.get("/healthz").json()["queued"] == 0
+    assert client.get("/v1/nosuch").status_code == 404  # other HTTP errors as before

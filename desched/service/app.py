@@ -38,10 +38,12 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi import Path as PathParam
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from desched.errors import DeschedError
 from desched.models.interfaces import DurationPredictor, MemoryPredictor
@@ -285,6 +287,18 @@ def create_app(settings: ServiceSettings, scheduler: Scheduler | None = None) ->
     @app.exception_handler(DeschedError)
     async def bad(request: Request, exc: DeschedError) -> JSONResponse:
         return refusal(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def unreadable(request: Request, exc: StarletteHTTPException) -> Response:
+        # FastAPI answers a body json.loads refuses with other than a JSONDecodeError (an
+        # integer of more than 4,300 digits, bytes that are not UTF-8) with a bare 400;
+        # every other malformed body is a 422 naming where: so is this one
+        if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
+            return JSONResponse({"detail": [{
+                "loc": ["body"], "type": "json_invalid",
+                "msg": "the body is not JSON that can be read (a number of more than 4,300 "
+                       "digits, or bytes that are not UTF-8)"}]}, status_code=422)
+        return await http_exception_handler(request, exc)
 
     for error in storage_errors():
         app.add_exception_handler(error, lambda r, e: storage_error(e))
