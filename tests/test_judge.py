@@ -497,6 +497,11 @@ def test_a_log_whose_fairness_promises_cannot_fail_says_so(tmp_path: Path) -> No
     result = jd.run_judge([case], ["sjf-predicted"])
     assert case.frame["tenant"].unique().to_list() == ["unknown"]
     assert "nouser: one tenant in the test part" in jd.markdown(result)
+    res = CliRunner().invoke(cli, ["judge", "--logs", str(one), "--scenarios", "none",
+                                   "--policies", "sjf-predicted", "--cache",
+                                   str(tmp_path / "cache"), "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    assert "note: nouser: one tenant in the test part (one user, or a log" in res.stderr
     many = jd.run_judge([small_case(tmp_path)], ["sjf-predicted"])
     assert "one tenant" not in jd.markdown(many) and not jd.vacuous_notes(many)
 
@@ -578,3 +583,34 @@ def test_a_custom_tuner_that_returns_no_parameters_is_named_in_one_line(tmp_path
                                        "--no-cache", "--out", str(tmp_path / "out")])
         assert res.exit_code == 2, res.output
         assert res.output.strip().splitlines()[-1].startswith(says), res.output
+
+
+def _log_case(durations: list[float], submits: list[float]) -> Case:
+    import polars as pl
+
+    frame = pl.DataFrame({"task_id": [f"t{i}" for i in range(len(durations))],
+                          "tenant": "u1", "task_type": "x", "submit_s": submits,
+                          "duration_s": durations, "predicted_s": durations})
+    return Case(name="odd", kind="log", source="odd.swf", frame=frame, workers=2,
+                mean_train_duration_s=1.0)
+
+
+def test_a_log_whose_few_tasks_hold_its_work_or_whose_span_is_one_gap_gets_a_note() -> None:
+    """The QA pass's logs: three 30-day jobs among 2,000 short ones (the load is theirs), and
+    a long outage inside the test part (the load an average over it); an ordinary log gets
+    no note, and judge.md carries the notes of the logs that do."""
+    from desched.bench.judge_cases import case_notes, shape_note
+
+    rng = random.Random(5)
+    short = [rng.uniform(10, 100) for _ in range(2000)]
+    even = [float(i) for i in range(2000)]
+    assert shape_note(_log_case(short, even)) is None
+    heavy = _log_case([*short[:-3], 2.6e6, 2.6e6, 2.6e6], even)
+    [note] = case_notes(heavy)
+    assert note.startswith("odd: its longest 20 of 2,000 test tasks hold 9")
+    assert "the load of 0.9 is mostly theirs" in note
+    gap = _log_case(short, [t if t < 1000 else t + 5000.0 for t in even])
+    assert "one gap without a submission is 71% of its test part's span" in shape_note(gap)
+    info = heavy.info()
+    assert jd.CaseInfo.model_validate_json(info.model_dump_json()) == info  # judge.json keeps it
+    assert shape_note(info) == note

@@ -68,6 +68,7 @@ from desched.bench.judge_cases import (
     prepare_cases,
     prepare_log,
     prepare_scenario,
+    shape_note,
 )
 from desched.bench.rule import Standing
 from desched.bench.rule import recommend as rule_recommend
@@ -281,9 +282,9 @@ def vacuous_notes(result: JudgeResult) -> list[str]:
         if case.kind != "log":
             continue
         if case.tenants == 1:
-            notes.append(f"{case.name}: one tenant in the test part (a log without user ids "
-                         "is one tenant, 'unknown'): Δ Jain and the worst tenant hold "
-                         "whatever a policy does")
+            notes.append(f"{case.name}: one tenant in the test part (one user, or a log "
+                         "without user ids, whose jobs are all 'unknown'): Δ Jain and the "
+                         "worst tenant hold whatever a policy does")
             continue
         today = [v for v in result.verdicts if v.workload == case.name
                  and v.policy == result.today]
@@ -316,6 +317,8 @@ def markdown(result: JudgeResult) -> str:
         lines += [("Jobs the SWF import dropped, by reason (`desched import-swf` lists "
                    "them): " + "; ".join(dropped) + "."), ""]
     for note in (n for c in result.cases if (n := load_note(c) or cap_note(c))):
+        lines += [f"{note}.", ""]
+    for note in (n for c in result.cases if (n := shape_note(c))):
         lines += [f"{note}.", ""]
     for note in vacuous_notes(result):
         lines += [f"{note}.", ""]

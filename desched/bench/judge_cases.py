@@ -124,6 +124,22 @@ class CaseInfo(Record):
     workers_wanted: int | None = None
     """Where ``TASKS_PER_WORKER`` capped the worker count, the count the log's own time scale
     asked for (None where it did not bind)."""
+    top_work_share: float | None = None
+    """Share of the test part's work (sum of durations) its longest ``TOP_TASKS_SHARE`` of
+    tasks hold (``shape_note``); None for a scenario."""
+    longest_gap_share: float | None = None
+    """The longest time between two successive submissions of the test part, as a share of
+    its submission span (``shape_note``); None for a scenario or a span of 0."""
+
+
+TOP_TASKS_SHARE = 0.01
+TOP_WORK_NOTE = 0.5
+GAP_NOTE = 0.25
+"""``shape_note`` speaks where the longest 1 % of a log's test tasks (at least one) hold half
+its work or more (the load of 0.9 is then mostly theirs: the other tasks barely queue), or
+where one gap without a submission is a quarter of its span or more (the load is an average
+over an outage: the tasks around it queue more than that). Fixed before any log was looked
+at with them; a QA pass built both kinds of log."""
 
 
 CACHED = ("name", "kind", "source", "workers", "mean_train_duration_s", "model", "load",
@@ -187,13 +203,47 @@ class Case:
             log_jobs=self.log_jobs,
             log_dropped=self.log_dropped,
             workers_wanted=self.workers_wanted,
+            **(_shape(self.frame) if self.kind == "log" else {}),
         )
+
+
+def _shape(frame: pl.DataFrame) -> dict[str, float | None]:
+    """``CaseInfo``'s ``top_work_share`` and ``longest_gap_share`` of a test part."""
+    duration = np.sort(frame["duration_s"].to_numpy())[::-1]
+    top = max(1, math.ceil(TOP_TASKS_SHARE * duration.size))
+    work = float(duration.sum())
+    submit = np.sort(frame["submit_s"].to_numpy())
+    span = float(submit[-1] - submit[0]) if submit.size else 0.0
+    return {
+        "top_work_share": float(duration[:top].sum()) / work if work > 0 else None,
+        "longest_gap_share": float(np.diff(submit).max()) / span if span > 0 else None,
+    }
 
 
 def case_notes(case: Case | CaseInfo) -> list[str]:
     """What a user should hear about a prepared case: ``dropped_note``, ``load_note``,
-    ``cap_note``."""
-    return [note for note in (dropped_note(case), load_note(case), cap_note(case)) if note]
+    ``cap_note``, ``shape_note``."""
+    return [note for note in (dropped_note(case), load_note(case), cap_note(case),
+                              shape_note(case)) if note]
+
+
+def shape_note(case: Case | CaseInfo) -> str | None:
+    """Where a few of a log's test tasks hold most of its work, or one gap without a
+    submission most of its span (``GAP_NOTE``), a line that says what the load then means."""
+    info = case.info() if isinstance(case, Case) else case
+    said = []
+    if info.top_work_share is not None and info.top_work_share >= TOP_WORK_NOTE:
+        top = max(1, math.ceil(TOP_TASKS_SHARE * info.tasks))
+        said.append(f"its longest {top:,} of {info.tasks:,} test tasks hold "
+                    f"{info.top_work_share:.0%} of their work, so the load of "
+                    f"{info.load:g} is mostly theirs and the other tasks queue little")
+    if info.longest_gap_share is not None and info.longest_gap_share >= GAP_NOTE:
+        said.append(f"one gap without a submission is {info.longest_gap_share:.0%} of its "
+                    f"test part's span, so the load of {info.load:g} is an average over an "
+                    "idle stretch and the tasks around it queue more than that")
+    if not said or info.load is None:
+        return None
+    return f"{info.name}: " + "; ".join(said) + " (the figures describe that shape)"
 
 
 def cap_note(case: Case | CaseInfo) -> str | None:

@@ -238,6 +238,8 @@ def judge(logs: tuple[str, ...], which: str, scenarios: str, policies: tuple[str
                               training_logs=training, deployable=on_predictions)
     finally:
         judging.close()
+    for note in jd.vacuous_notes(result):  # judge.md carries them too
+        print(f"note: {note}", file=sys.stderr, flush=True)
     json_path, md_path = jd.write_judge(result, out)
     click.echo(f"{json_path}\n{md_path}")
     click.echo(f"recommendation: {result.recommendation or 'none'} "
