@@ -40,6 +40,14 @@ LLNL-Thunder, Sandia-Ross, whose p99 is 1.14x and 1.49x today's under ``boost-pr
 the gain may fall a little where stale large boosts happened to favour short tasks. Whether
 it keeps the promises on more workloads than ``boost-predicted``'s 4 of 6 we do not know.
 
+After the run (written after it; docs/deploy-policy.md, "Boost under the latest γ").
+Development logs: both keep every promise on 4 of 6 workloads; ``boost-now`` keeps 14 of 18
+promises against 12 (p99 1.14 -> 1.01x on LLNL-Thunder, 1.49 -> 1.08x on Sandia-Ross, whose
+worst tenant 3.13 -> 1.54x), with less gain (frontier share 0.79 -> 0.65 and 0.89 -> 0.71 there;
+mean 0.51 against 0.59): the rule ranks it first. Held back (``--set held-back``): both keep
+every promise on all four workloads, a tie named ``boost-now`` first by its mean share. To be
+registered (kernel, naive twin, golden decisions) and made the default in a later session.
+
 The fast class is ``boost-predicted``'s with its key heap rebuilt when the estimator moves γ;
 its naive twin keeps the plain queue of ``NaivePolicy`` and the naive estimator of
 ``boost-predicted``'s twin, and computes each queued task's boost afresh at every decision.
