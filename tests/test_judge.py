@@ -498,10 +498,13 @@ def test_a_log_whose_fairness_promises_cannot_fail_says_so(tmp_path: Path) -> No
     assert case.frame["tenant"].unique().to_list() == ["unknown"]
     assert "nouser: one tenant in the test part" in jd.markdown(result)
     res = CliRunner().invoke(cli, ["judge", "--logs", str(one), "--scenarios", "none",
-                                   "--policies", "sjf-predicted", "--cache",
+                                   "--policies", "sjf-predicted", "--jobs", "2", "--cache",
                                    str(tmp_path / "cache"), "--out", str(tmp_path / "out")])
     assert res.exit_code == 0, res.output
     assert "note: nouser: one tenant in the test part (one user, or a log" in res.stderr
+    assert res.stderr.splitlines()[0].endswith(  # said before the long silent part
+        f"preparing 1 workload(s) (2 processes): each log imported, its duration model trained "
+        f"on its first 70 %, its test part predicted (cached under {tmp_path / 'cache'})")
     many = jd.run_judge([small_case(tmp_path)], ["sjf-predicted"])
     assert "one tenant" not in jd.markdown(many) and not jd.vacuous_notes(many)
 

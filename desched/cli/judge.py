@@ -195,6 +195,12 @@ def judge(logs: tuple[str, ...], which: str, scenarios: str, policies: tuple[str
             n_cases += len(dev_paths) + len(scenario_names)
         elif own_tuning_scenarios:
             n_cases += len(scenario_names)
+        # a line before the first is ready: a large log takes minutes to import, train on
+        # and predict, and nothing else is said meanwhile
+        cached = f" (cached under {cache_dir})" if cache_dir is not None else ""
+        print(f"[{time.perf_counter() - started:6.0f} s] preparing {n_cases} workload(s) "
+              f"({pool.describe()}): each log imported, its duration model trained on its "
+              f"first 70 %, its test part predicted{cached}", file=sys.stderr, flush=True)
         preparing = MessageBar(n_cases, f"train and predict ({pool.describe()})",
                                per_message=True, started=started)
         try:
