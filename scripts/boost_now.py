@@ -1,10 +1,11 @@
 """``boost-now``, a candidate for issue 19: ``boost-predicted`` with every queued task's boost
-under the *latest* γ estimate, not the one of its push. Not registered: run
+under the *latest* γ estimate, not the one of its push. Registered since its run
+(``desched.policies.boost_now``, with a kernel); this script reruns the judge of its rule:
 
     .venv/bin/python -m scripts.boost_now --out data/judge-boost-now
 
-to register it in this process and run ``desched judge --set dev --jobs 1`` on it beside
-``boost-predicted`` (its own judge options may follow).
+``desched judge --set dev --jobs 1`` on it beside ``boost-predicted`` (its own judge options
+may follow).
 
 Why. A QA pass (2026-12-07, outside eyes) found the recommended policy far from
 first-come where every label is equal: on a log whose jobs all run 100 s and are predicted
@@ -45,8 +46,10 @@ Development logs: both keep every promise on 4 of 6 workloads; ``boost-now`` kee
 promises against 12 (p99 1.14 -> 1.01x on LLNL-Thunder, 1.49 -> 1.08x on Sandia-Ross, whose
 worst tenant 3.13 -> 1.54x), with less gain (frontier share 0.79 -> 0.65 and 0.89 -> 0.71 there;
 mean 0.51 against 0.59): the rule ranks it first. Held back (``--set held-back``): both keep
-every promise on all four workloads, a tie named ``boost-now`` first by its mean share. To be
-registered (kernel, naive twin, golden decisions) and made the default in a later session.
+every promise on all four workloads, a tie named ``boost-now`` first by its mean share.
+Registered the same evening (``desched.policies.boost_now``, kernel ``now``, golden decisions)
+and made the service's default (``desched.policies.RECOMMENDED``); its clairvoyant points
+moved no frontier, and the rerun judge gives the same standings.
 
 The fast class is ``boost-predicted``'s with its key heap rebuilt when the estimator moves γ;
 its naive twin keeps the plain queue of ``NaivePolicy`` and the naive estimator of
@@ -57,99 +60,14 @@ Caps and priority levels: ``pop_sequence`` walks the keys of the moment, as
 
 from __future__ import annotations
 
-import heapq
-import math
+from desched.policies.boost_now import BoostNow, BoostNowNaive
 
-from desched.policies.base import NaivePolicy, PolicyParams
-from desched.policies.boost_predicted import BoostParams, BoostPredicted, NaiveBoostHistory
-from desched.trace import TaskTable
-
-
-class BoostNow(BoostPredicted):
-    """``boost-predicted`` ranking every queued task under the latest γ (module docstring).
-    Cost: ``boost-predicted``'s plus O(queue) each time γ is re-solved."""
-
-    name = "boost-now"
-    summary = ("γ-Boost on predicted sizes, every queued task's boost under the latest γ "
-               "estimate")
-
-    def take(self, i: int, now: float) -> None:
-        before = self.estimator.gamma
-        super().take(i, now)
-        if self.estimator.gamma != before:
-            self._rekey()
-
-    def _rekey(self) -> None:
-        """Every queued task's boost and boosted arrival under the current γ; the heaps
-        rebuilt from the live entries only."""
-        est, submit = self.estimator, self.tasks.submit_s
-        keys: dict[int, tuple[float, float, float]] = {}
-        for i, (_, _, due) in self.keys.items():
-            b = est.boost(*est.label(i))
-            keys[i] = (b, submit[i] - b, due)
-        self.keys = keys
-        self.by_key = [(k, submit[i], i) for i, (_, k, _) in keys.items()]
-        self.by_due = [(d, submit[i], i) for i, (_, _, d) in keys.items() if d != math.inf]
-        heapq.heapify(self.by_key)
-        heapq.heapify(self.by_due)
-        self.dead = 0
-        self.stale.clear()
-
-
-class BoostNowNaive(NaivePolicy):
-    """Reference: the naive estimator of ``boost-predicted``'s twin; a decision scans the
-    queue for the due task with the earliest due time, else the smallest boosted arrival,
-    each boost computed there under the estimator's current γ."""
-
-    name = "boost-now"
-    summary = BoostNow.summary
-    Params = BoostParams
-    components = ("boost_s",)
-    reads = frozenset({"predicted_s", "predicted_p50_s", "predicted_p90_s"})
-    tenant_state = frozenset({"clock"})
-    params: BoostParams
-
-    def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
-        super().__init__(tasks, params)
-        self.est = NaiveBoostHistory(self.tasks, self.params)
-        self.due: dict[int, float] = {}
-
-    def push(self, i: int, now: float) -> None:
-        self.est.pushed(i)
-        s = self.tasks.submit_s[i]
-        on = self.params.sympathy != 0.0 and self.est.g is not None
-        self.due[i] = s + self.params.sympathy * self.est.size if on else math.inf
-        super().push(i, now)
-
-    def key(self, i: int, now: float) -> tuple[float, ...]:
-        s = self.tasks.submit_s[i]
-        if self.due[i] <= now:
-            return (1.0, -self.due[i], -s, -i)
-        return (0.0, -(s - self.est.boost_of(i)), -s, -i)
-
-    def explain(self, i: int, now: float) -> tuple[float, tuple[float, ...]]:
-        b = self.est.boost_of(i)
-        return self.tasks.submit_s[i] - b, (b,)
-
-    def taken(self, i: int, now: float) -> None:
-        del self.due[i]
-        self.est.dispatched(i)
-
-    def removed(self, i: int, now: float) -> None:
-        del self.due[i]
-
-    def complete(self, i: int, now: float, duration_s: float) -> None:
-        self.est.completed(i)
-
-
-BoostNow.naive = BoostNowNaive
+__all__ = ["BoostNow", "BoostNowNaive", "main"]
 
 
 def main(argv: list[str]) -> None:
     from desched.cli import cli
-    from desched.policies import REGISTRY
 
-    REGISTRY[BoostNow.name] = BoostNow
     cli.main(["judge", "--set", "dev", "--jobs", "1",
               "--policies", "boost-predicted,boost-now", *argv])
 

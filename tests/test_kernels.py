@@ -195,7 +195,7 @@ def test_ifs_counters_reference_values_and_service_floor_keep_the_python_loops_b
     assert_kernel_is_the_loop(table, "ifs-counter", workers, params)
 
 
-BOOST_KERNELS = ("boost-predicted", "fair-boost", "boost-lanes", "boost-ledger")
+BOOST_KERNELS = ("boost-predicted", "boost-now", "fair-boost", "boost-lanes", "boost-ledger")
 _p50 = st.one_of(st.just(math.nan), st.just(0.0), st.just(math.inf), _sizes)
 _p90 = st.one_of(st.just(math.nan), st.just(math.inf),
                  st.tuples(_sizes, st.sampled_from([0.5, 1.0, 2.0, 4.0, 8.0])).map(

@@ -26,7 +26,8 @@ backlogged tenants (the policy objects keep a heap, O(log K)), cheap for the tho
 tenants of the scenarios; hrrn-predicted the kinetic tournament's amortised O(log^2 n);
 fsp-predicted O(log n) plus O(log n) per task leaving its virtual system (two heaps);
 boost-predicted O(log n) amortised (two heaps, entries of started tasks dropped at the
-tops), boost-lanes the same plus O(1) amortised for the oldest queued task (a pointer over
+tops), boost-now the same plus O(queue) each time a dispatch moves γ (the heap rebuilt under
+it), boost-lanes the same plus O(1) amortised for the oldest queued task (a pointer over
 the arrival order, ``desched.kernels.source_lanes``), boost-ledger boost-lanes' plus O(log B)
 binary searches in the B backlogged tenants kept in the order of their oldest queued tasks
 (the overtaken ones are a prefix of it), one add per overtaken tenant, a test per tenant
@@ -178,6 +179,7 @@ KERNELS: dict[str, KernelSpec] = {
     "ifs-predicted": KernelSpec("ifsp", lambda p: [p.w_backlog, p.w_short], _ifsp_sizes),
     "hrrn-predicted": KernelSpec("hrrn", lambda p: [], _hrrn_sizes),
     "boost-predicted": KernelSpec("boost", _boost_prm, _boost_sizes),
+    "boost-now": KernelSpec("now", _boost_prm, _boost_sizes),
     "fair-boost": KernelSpec("fboost", _boost_prm, _fboost_sizes),
     "boost-lanes": KernelSpec("lanes", _boost_prm, _lanes_sizes),
     "boost-ledger": KernelSpec("ledger", _ledger_prm, _lanes_sizes, _ledger_sizes),

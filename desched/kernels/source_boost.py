@@ -27,6 +27,7 @@ import math
 from desched.kernels.arrays import F64, I64
 from desched.kernels.source import (
     isnan,
+    key_less,
     log1p,
     sqrt,
     task_pop,
@@ -315,6 +316,80 @@ def boost_pop(t: float, n: int, submit: F64, prm: F64, sc: I64, sg: F64, ia: I64
 
 def boost_complete(i: int, t: float, sc: I64) -> None:
     sc[9] -= 1
+
+
+# boost-now: boost-predicted's heaps and estimate; where a dispatch moves γ every queued task's
+# boost (fc) and boosted arrival are recomputed and the heap at 0 rebuilt from the queued
+# tasks (the due heap keeps its due times, fixed at push) --------------------------------
+
+
+def now_init(n: int, sc: I64, ic: I64) -> None:
+    boost_init(n, sc, ic)
+
+
+def now_push(i: int, t: float, n: int, submit: F64, pred: F64, p50: F64, p90: F64, prm: F64,
+             sc: I64, sg: F64, ia: I64, ic: I64, fa: F64, fb: F64, fc: F64, fe: F64) -> None:
+    boost_push(i, t, n, submit, pred, p50, p90, prm, sc, sg, ia, ic, fa, fb, fc, fe)
+
+
+def now_pop(t: float, n: int, submit: F64, prm: F64, sc: I64, sg: F64, ia: I64, ic: I64,
+            fa: F64, fb: F64, fc: F64, fd: F64, fe: F64, ff: F64, out: F64) -> int:
+    """``boost_pop``, then the queue rebuilt under the new γ where the dispatch moved it."""
+    had = sc[13]
+    g = sg[0]
+    i = boost_pop(t, n, submit, prm, sc, sg, ia, ic, fa, fb, fc, fd, fe, ff, out)
+    if sc[13] != had or sg[0] != g:
+        now_rekey(n, submit, prm, sc, sg, ia, ic, fa, fb, fc, fe)
+    return i
+
+
+def now_rekey(n: int, submit: F64, prm: F64, sc: I64, sg: F64, ia: I64, ic: I64, fa: F64,
+              fb: F64, fc: F64, fe: F64) -> None:
+    """The heap at 0 holds every queued task once, keyed under the current γ."""
+    size = 0
+    for k in range(sc[1]):
+        j = ia[k]
+        if ic[j] == 1:
+            b = est_boost(j, n, prm, sc, sg, fe)
+            fc[j] = b
+            fa[size] = submit[j] - b
+            fb[size] = submit[j]
+            ia[size] = j
+            size += 1
+    sc[1] = size
+    p = (size >> 1) - 1
+    while p >= 0:
+        task_sift(fa, fb, ia, 0, size, p)
+        p -= 1
+
+
+def task_sift(k1: F64, k2: F64, ids: I64, base: int, size: int, at: int) -> None:
+    """Move the entry at ``at`` of the min-heap stored at ``base`` down to its place."""
+    j = at
+    x1 = k1[base + j]
+    x2 = k2[base + j]
+    xi = ids[base + j]
+    while True:
+        c = 2 * j + 1
+        if c >= size:
+            break
+        if c + 1 < size and key_less(k1, k2, ids, base + c + 1, k1[base + c], k2[base + c],
+                                     ids[base + c]):
+            c += 1
+        if key_less(k1, k2, ids, base + c, x1, x2, xi):
+            k1[base + j] = k1[base + c]
+            k2[base + j] = k2[base + c]
+            ids[base + j] = ids[base + c]
+            j = c
+        else:
+            break
+    k1[base + j] = x1
+    k2[base + j] = x2
+    ids[base + j] = xi
+
+
+def now_complete(i: int, t: float, sc: I64) -> None:
+    boost_complete(i, t, sc)
 
 
 # fair-boost: vtc's tenants, heaps and counters (fa: the boosted arrival, fixed at push),
