@@ -47,9 +47,10 @@ promises against 12 (p99 1.14 -> 1.01x on LLNL-Thunder, 1.49 -> 1.08x on Sandia-
 worst tenant 3.13 -> 1.54x), with less gain (frontier share 0.79 -> 0.65 and 0.89 -> 0.71 there;
 mean 0.51 against 0.59): the rule ranks it first. Held back (``--set held-back``): both keep
 every promise on all four workloads, a tie named ``boost-now`` first by its mean share.
-Registered the same evening (``desched.policies.boost_now``, kernel ``now``, golden decisions)
-and made the service's default (``desched.policies.RECOMMENDED``); its clairvoyant points
-moved no frontier, and the rerun judge gives the same standings.
+Registered the same evening (``desched.policies.boost_now``, kernel ``now``, golden decisions);
+its clairvoyant points moved no frontier, and the rerun judge gives the same standings. Not
+made the service's default: its re-keying costs 15.4 µs per decision on issue 21's 100k-task
+burst (target 10 µs) and live poll stalls of up to 171 ms with 100,000 tasks queued.
 
 The fast class is ``boost-predicted``'s with its key heap rebuilt when the estimator moves γ;
 its naive twin keeps the plain queue of ``NaivePolicy`` and the naive estimator of
