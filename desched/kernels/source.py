@@ -163,10 +163,15 @@ def task_push(k1: F64, k2: F64, ids: I64, base: int, size: int,
 def task_pop(k1: F64, k2: F64, ids: I64, base: int, size: int) -> int:
     """Remove the top of the min-heap stored at ``base``; returns the new size."""
     size -= 1
-    x1 = k1[base + size]
-    x2 = k2[base + size]
-    xi = ids[base + size]
-    j = 0
+    sift_down(k1, k2, ids, base, size, 0, k1[base + size], k2[base + size], ids[base + size])
+    return size
+
+
+def sift_down(k1: F64, k2: F64, ids: I64, base: int, size: int, at: int,
+              x1: float, x2: float, xi: int) -> None:
+    """Place ``(x1, x2, xi)`` in the min-heap of ``size`` entries stored at ``base``, from
+    position ``at`` down (its entries below ``at`` already heaps)."""
+    j = at
     while True:
         c = 2 * j + 1
         if c >= size:
@@ -184,7 +189,6 @@ def task_pop(k1: F64, k2: F64, ids: I64, base: int, size: int) -> int:
     k1[base + j] = x1
     k2[base + j] = x2
     ids[base + j] = xi
-    return size
 
 
 # the dense list of backlogged tenants: sc[0] slots, ic[slot] -> tenant, id_[tenant] -> slot

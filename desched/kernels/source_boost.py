@@ -27,8 +27,8 @@ import math
 from desched.kernels.arrays import F64, I64
 from desched.kernels.source import (
     isnan,
-    key_less,
     log1p,
+    sift_down,
     sqrt,
     task_pop,
     task_push,
@@ -359,33 +359,8 @@ def now_rekey(n: int, submit: F64, prm: F64, sc: I64, sg: F64, ia: I64, ic: I64,
     sc[1] = size
     p = (size >> 1) - 1
     while p >= 0:
-        task_sift(fa, fb, ia, 0, size, p)
+        sift_down(fa, fb, ia, 0, size, p, fa[p], fb[p], ia[p])
         p -= 1
-
-
-def task_sift(k1: F64, k2: F64, ids: I64, base: int, size: int, at: int) -> None:
-    """Move the entry at ``at`` of the min-heap stored at ``base`` down to its place."""
-    j = at
-    x1 = k1[base + j]
-    x2 = k2[base + j]
-    xi = ids[base + j]
-    while True:
-        c = 2 * j + 1
-        if c >= size:
-            break
-        if c + 1 < size and key_less(k1, k2, ids, base + c + 1, k1[base + c], k2[base + c],
-                                     ids[base + c]):
-            c += 1
-        if key_less(k1, k2, ids, base + c, x1, x2, xi):
-            k1[base + j] = k1[base + c]
-            k2[base + j] = k2[base + c]
-            ids[base + j] = ids[base + c]
-            j = c
-        else:
-            break
-    k1[base + j] = x1
-    k2[base + j] = x2
-    ids[base + j] = xi
 
 
 def now_complete(i: int, t: float, sc: I64) -> None:

@@ -15,6 +15,7 @@ from desched.kernels.source import (
     by_backlog_up,
     key_less,
     nextafter,
+    sift_down,
     task_pop,
     task_push,
 )
@@ -40,23 +41,11 @@ def task_delete(k1: F64, k2: F64, ids: I64, base: int, size: int, x: int) -> int
         ids[base + j] = ids[base + parent]
         j = parent
     if j == x:
-        while True:
-            c = 2 * j + 1
-            if c >= size:
-                break
-            if c + 1 < size and key_less(k1, k2, ids, base + c + 1, k1[base + c],
-                                         k2[base + c], ids[base + c]):
-                c += 1
-            if key_less(k1, k2, ids, base + c, x1, x2, xi):
-                k1[base + j] = k1[base + c]
-                k2[base + j] = k2[base + c]
-                ids[base + j] = ids[base + c]
-                j = c
-            else:
-                break
-    k1[base + j] = x1
-    k2[base + j] = x2
-    ids[base + j] = xi
+        sift_down(k1, k2, ids, base, size, j, x1, x2, xi)
+    else:
+        k1[base + j] = x1
+        k2[base + j] = x2
+        ids[base + j] = xi
     return size
 
 

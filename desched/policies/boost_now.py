@@ -34,10 +34,8 @@ import math
 from collections.abc import Collection, Iterator
 from typing import Any
 
-from desched.policies.base import NaivePolicy, PolicyParams
-from desched.policies.boost_predicted import BoostParams, BoostPredicted, NaiveBoostHistory
+from desched.policies.boost_predicted import BoostPredicted, BoostPredictedNaive
 from desched.structures.heaps import LazyWalk
-from desched.trace import TaskTable
 
 
 class BoostNow(BoostPredicted):
@@ -104,30 +102,13 @@ class BoostNow(BoostPredicted):
         self.stale.clear()
 
 
-class BoostNowNaive(NaivePolicy):
-    """Reference: the naive estimator of ``boost-predicted``'s twin; a decision scans the
-    queue for the due task with the earliest due time, else the smallest boosted arrival,
-    each boost computed there under the estimator's current γ."""
+class BoostNowNaive(BoostPredictedNaive):
+    """Reference: ``boost-predicted``'s naive twin (its naive estimator, its plain queue
+    rescanned at every decision, its due times fixed at push), with each queued task's
+    boost computed afresh under the estimator's current γ wherever it is read."""
 
     name = "boost-now"
     summary = BoostNow.summary
-    Params = BoostParams
-    components = ("boost_s",)
-    reads = frozenset({"predicted_s", "predicted_p50_s", "predicted_p90_s"})
-    tenant_state = frozenset({"clock"})
-    params: BoostParams
-
-    def __init__(self, tasks: TaskTable, params: PolicyParams | None = None) -> None:
-        super().__init__(tasks, params)
-        self.est = NaiveBoostHistory(self.tasks, self.params)
-        self.due: dict[int, float] = {}
-
-    def push(self, i: int, now: float) -> None:
-        self.est.pushed(i)
-        s = self.tasks.submit_s[i]
-        on = self.params.sympathy != 0.0 and self.est.g is not None
-        self.due[i] = s + self.params.sympathy * self.est.size if on else math.inf
-        super().push(i, now)
 
     def key(self, i: int, now: float) -> tuple[float, ...]:
         s = self.tasks.submit_s[i]
@@ -139,33 +120,10 @@ class BoostNowNaive(NaivePolicy):
         b = self.est.boost_of(i)
         return self.tasks.submit_s[i] - b, (b,)
 
-    def taken(self, i: int, now: float) -> None:
-        del self.due[i]
-        self.est.dispatched(i)
-
-    def removed(self, i: int, now: float) -> None:
-        del self.due[i]
-
-    def complete(self, i: int, now: float, duration_s: float) -> None:
-        self.est.completed(i)
-
     def state(self) -> dict[str, Any] | None:
-        ids = self.tasks.task_id
-        s = self.tasks.submit_s
-        keys = {}
-        for i in sorted(self.queue):
-            b = self.est.boost_of(i)
-            keys[ids[i]] = [None if math.isinf(b) else b,
-                            None if math.isinf(s[i] - b) else s[i] - b,
-                            None if math.isinf(self.due[i]) else self.due[i]]
-        return {"estimator": self.est.state(), "keys": keys}
-
-    def restore(self, state: dict[str, Any]) -> None:
-        self.est.restore(state["estimator"])
-        for i in self.queue:
-            row = state["keys"].get(self.tasks.task_id[i])
-            if row is not None:
-                self.due[i] = math.inf if row[2] is None else float(row[2])
+        for i in self.queue:  # the boosts as the fast class keeps them: under the current γ
+            self.boost[i] = self.est.boost_of(i)
+        return super().state()
 
 
 BoostNow.naive = BoostNowNaive
