@@ -366,6 +366,37 @@ def test_a_new_log_at_a_rotated_logs_path_is_read_whole_not_quarantined(tmp_path
     assert query(db, "SELECT count(*) AS n FROM decisions")["n"][0] == 4
 
 
+def test_numbered_rotations_shift_without_loading_a_record_twice(tmp_path):
+    """logrotate's default: each rotation shifts ``.1`` to ``.2`` and the log to ``.1``. A
+    file now at a loaded log's path that begins with another loaded log's bytes is that log
+    moved there: read on from where it was read to, not again from its first byte."""
+    logs, db = tmp_path / "logs", tmp_path / "w.duckdb"
+    live = logs / "decision-log.jsonl"
+    one, two = logs / "decision-log.jsonl.1", logs / "decision-log.jsonl.2"
+    batches = [[decision(10 * k, 10.0 * k, f"k{k}"), completion(10 * k + 1, 10.0 * k + 1, f"k{k}")]
+               for k in range(4)]
+    write_jsonl(live, batches[0])
+    run_once(logs, db)
+    for k in range(1, 4):  # grows, is rotated (the older ones shift), a new log begins
+        write_jsonl(live, [*live_records(live), decision(10 * k - 5, 10.0 * k - 5, f"x{k}")])
+        if one.exists():
+            one.rename(two)
+        live.rename(one)
+        write_jsonl(live, batches[k])
+        run_once(logs, db)
+    ids = sorted(query(db, "SELECT task_id FROM decisions")["task_id"].to_list())
+    assert ids == sorted([f"k{k}" for k in range(4)] + [f"x{k}" for k in range(1, 4)])
+    assert query(db, "SELECT count(*) AS n FROM completions")["n"][0] == 4
+    assert query(db, "SELECT count(*) AS n FROM quarantine")["n"][0] == 0
+    assert run_once(logs, db) == []
+
+
+def live_records(path):
+    import json
+
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def test_a_copy_of_a_grown_json_lines_log_adds_only_what_it_adds_itself(tmp_path):
     logs = tmp_path / "logs"
     first = [decision(0, 0.0, "a"), completion(1, 1.0, "a")]

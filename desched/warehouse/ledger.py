@@ -9,9 +9,11 @@ JSON-lines files are appended to: a file that grew is read from the byte after t
 complete line read before; a partial last line waits for the next run. A JSON-lines file that
 shrank, or whose first bytes changed, is ``truncated_file``: reported and quarantined whole,
 keeping the rows read before; it is read again once it grows back past its offset with the
-same head, unless the log was rotated: where another log (a new file in the run continuing its
-loaded bytes, below, or one loaded before) begins with the bytes it was read to, the file
-now at its path is a new log, read from its first byte.
+same head, unless the log was rotated: a file now there that begins with the bytes another
+loaded log was read to is that log moved (numbered rotations shift ``log.1`` to ``log.2``),
+read on from there; else, where another log (a new file in the run continuing its loaded
+bytes, below, or one loaded before) begins with the bytes it was read to, the file now at its
+path is a new log, read from its first byte.
 
 Copies. A Parquet log byte-identical to one loaded (or loaded earlier in the run) is skipped
 and kept in the ledger as a ``copy``, so no later run loads it when its original changes. A
@@ -121,6 +123,9 @@ class FileWork:
     """A new JSON-lines log that begins with the bytes of this loaded one (a copied or
     rotated log): ``previous`` is that log's state, and the file is read on from where that
     log was read to."""
+    replaces: FileState | None = None
+    """A continuation at the path of another loaded log (numbered rotations shift
+    ``log.1`` onto ``log.2``): that path's own ledger row, which this file's replaces."""
     restarts: bool = False
     """A new JSON-lines log at the path of one rotated away (another file in this run
     continues its loaded bytes): ``previous`` is the rotated log's state, and the file is read
@@ -294,12 +299,13 @@ def _read_before(path: Path, size: int, states: dict[str, FileState], claimed: s
 
 
 def _continuation(path: Path, key: str, fmt: LogFormat, size: int, mtime: int,
-                  earlier: FileState) -> FileWork:
+                  earlier: FileState, replaces: FileState | None = None) -> FileWork:
     """The work of a new JSON-lines log that begins with ``earlier``'s bytes read so far.
     Where ``earlier``'s file still begins with all of this one's bytes, it is a copy of it:
     recorded as read to its end (``earlier``'s own run reads what is new in both); else (a
     rotated log: ``earlier``'s path holds another file now) it is read on from ``earlier``'s
-    offset."""
+    offset. ``replaces``: the ledger row of ``path`` itself, where a loaded log was there
+    before (a numbered rotation moved ``earlier``'s file onto it)."""
     state = replace(earlier, path=key, status="loaded", size_bytes=size, mtime_ns=mtime,
                     rows_loaded=0, rows_quarantined=0)
     detail = f"begins with the {earlier.offset_bytes:,} bytes of {earlier.path} loaded already"
@@ -312,7 +318,7 @@ def _continuation(path: Path, key: str, fmt: LogFormat, size: int, mtime: int,
                         content_hash=sha256_of(path, min(size, HEAD_BYTES)))
     action = Action.GROWN if size > state.offset_bytes else Action.TOUCHED
     return FileWork(key, fmt, action, size, mtime, state.content_hash, state, detail,
-                    continues=earlier.path)
+                    continues=earlier.path, replaces=replaces)
 
 
 def plan(
@@ -385,6 +391,12 @@ def plan(
                 action = Action.GROWN
             else:
                 action = Action.TOUCHED
+            if action is Action.TRUNCATED:
+                earlier = _read_before(path, size, states, claimed)
+                if earlier is not None:  # another loaded log moved here (rotations shift)
+                    claimed.add(earlier.path)
+                    work.append(_continuation(path, key, fmt, size, mtime, earlier, prev))
+                    continue
         work.append(FileWork(key, fmt, action, size, mtime, content_hash, prev, detail))
     # A log rotated away (its loaded bytes continued by a new file in this run, or held by
     # another loaded log since an earlier one) leaves its path to a new log: read that from

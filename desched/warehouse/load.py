@@ -418,7 +418,8 @@ def ingest_file(
     current = con.execute(
         "SELECT size_bytes, mtime_ns, content_hash, offset_bytes FROM ingested_files "
         "WHERE path = ?", [work.path]).fetchall()
-    seen = None if work.continues else work.previous  # a continuation: no row of its own yet
+    # a continuation: no row of its own yet, or the row of the log it moved onto
+    seen = work.replaces if work.continues else work.previous
     if (tuple(current[0]) if current else None) != (
             None if seen is None
             else (seen.size_bytes, seen.mtime_ns, seen.content_hash, seen.offset_bytes)):
