@@ -1,8 +1,8 @@
-"""The candidate of scripts/boost_now.py keeps the registry's contract though it is not
-registered: its fast class (``boost-predicted``'s heaps, rebuilt when γ moves) and its naive
-twin (every boost computed afresh at every decision) decide alike; with every label equal
-its order is first-come whatever the γ estimate does (``boost-predicted``'s is not); it never
-reads ``duration_s``."""
+"""``boost-now`` (desched.policies.boost_now, judged by scripts/boost_now.py): its fast
+class (``boost-predicted``'s heaps, rebuilt when γ moves) and its naive twin (every boost
+computed afresh at every decision) decide alike; with every label equal its order is
+first-come whatever the γ estimate does (``boost-predicted``'s is not); it never reads
+``duration_s``."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from desched.policies import make_policy
+from desched.policies.boost_now import BoostNow, BoostNowNaive
 from desched.simulator import simulate
 from desched.trace import TaskTable
-from scripts.boost_now import BoostNow, BoostNowNaive
 from tests.builders import T, examples, make_tasks, workloads
 
 

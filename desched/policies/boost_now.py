@@ -34,7 +34,11 @@ import math
 from collections.abc import Collection, Iterator
 from typing import Any
 
-from desched.policies.boost_predicted import BoostPredicted, BoostPredictedNaive
+from desched.policies.boost_predicted import (
+    BoostEstimator,
+    BoostPredicted,
+    BoostPredictedNaive,
+)
 from desched.structures.heaps import LazyWalk
 
 
@@ -56,10 +60,11 @@ class BoostNow(BoostPredicted):
         """Successive pops at ``now``, as on a copy (the base class's definition) without
         copying the queue: lazy walks of both heaps while γ holds; where a pop would move γ
         (on a copy of the estimator) the rest is keyed under the new γ, in a heap of its own
-        from then on."""
+        from then on. The estimator is copied only when a pop past the first is asked for
+        (a poll whose first candidate fits, the common case, copies nothing)."""
         tenant, submit = self.tasks.tenant, self.tasks.submit_s
         keys = self.keys
-        est = copy.deepcopy(self.estimator, {id(self.tasks): self.tasks})
+        est: BoostEstimator | None = None
         gone: set[int] = set()
         due, walk = LazyWalk(self.by_due, keys), LazyWalk(self.by_key, keys)
         fresh: list[tuple[float, float, int]] | None = None
@@ -76,14 +81,16 @@ class BoostNow(BoostPredicted):
                     heapq.heappop(fresh)
                 i = fresh[0][2]
             gone.add(i)
+            if not skip or tenant[i] not in skip:
+                yield i
+            if est is None:
+                est = copy.deepcopy(self.estimator, {id(self.tasks): self.tasks})
             before = est.gamma
-            est.dispatched(i)
+            est.dispatched(i)  # the next pop comes after this one's dispatch
             if est.gamma != before:
                 fresh = [(submit[j] - est.boost(*est.label(j)), submit[j], j)
                          for j in keys if j not in gone]
                 heapq.heapify(fresh)
-            if not skip or tenant[i] not in skip:
-                yield i
 
     def _rekey(self) -> None:
         """Every queued task's boost and boosted arrival under the current γ; the heaps
