@@ -52,6 +52,37 @@ its clairvoyant points moved no frontier, and the rerun judge gives the same sta
 made the service's default: its re-keying costs 15.4 µs per decision on issue 21's 100k-task
 burst (target 10 µs) and live poll stalls of up to 171 ms with 100,000 tasks queued.
 
+Amortised re-keying, a change of rule fixed and committed before its run (2026-12-08). The
+re-keying above is O(queue) at every re-solve of γ (every ``window`` dispatches), so its cost
+per decision grows with the queue: 15.4 µs on issue 21's 100k-task burst (target 10 µs) and
+poll stalls of up to 171 ms in the live service with 100,000 tasks queued. The change:
+
+- *Rule.* Every queued task is ranked under one γ, the *ranking γ*. After each dispatch (a
+  pop or a ``take``), with ``q`` the tasks still queued and ``d`` the dispatches since the
+  ranking γ was last set (this one included), the ranking γ is set to the estimator's γ,
+  and every queued task re-keyed under it, where the two differ and ``q <= rekey_depth``
+  or ``d * rekey_spread >= q``. A task pushed is keyed under the ranking γ. Defaults:
+  ``rekey_depth`` 4,096, ``rekey_spread`` 16 (``rekey_spread`` 0: at every move, the rule
+  judged above). Both chosen from the cost alone, before any run: a queue of up to 4,096
+  tasks is re-keyed as before (at most 4,096 boosts per ``window`` = 256 dispatches, 16 per
+  dispatch); a deeper one at most once per ``q / 16`` dispatches, so re-keying costs at
+  most about 16 boosts per dispatch at any depth. All tasks still share one γ: with every
+  label equal the order is first-come, as before.
+- *The run.* ``desched judge --set dev --jobs 1 --policies boost-predicted,boost-now,
+  boost-now?rekey_spread=0``, online predictions, the rule of ``desched.bench.rule``
+  unchanged; then issue 21's burst (``benchmarks/bench_cli.py --workload burst``).
+- *What counts.* The amortised ``boost-now`` becomes the service's default
+  (``desched.policies.RECOMMENDED``) only if (1) the rule ranks it above
+  ``boost-predicted`` on the development logs, (2) it is within 10 µs per decision on the
+  burst, and (3) the held-back logs, run once after (1) and (2), show it keeping at least
+  the promises ``boost-predicted`` keeps there. Otherwise ``rekey_spread`` goes back to 0
+  and the default stays ``boost-predicted``, with the figures in docs/deploy-policy.md.
+- *Expected.* Identical figures wherever no development queue passes 4,096 tasks; where
+  one does, we do not know the direction (γ then lags the estimate for up to ``q/16``
+  dispatches). The burst: about 7 µs per decision (``boost-predicted``'s 6.9 µs plus about
+  16 boosts per dispatch). The live poll stall at 100,000 queued: one re-key per
+  ~6,000 dispatches instead of one per 256, each as long as before unless made cheaper.
+
 The fast class is ``boost-predicted``'s with its key heap rebuilt when the estimator moves γ;
 its naive twin keeps the plain queue of ``NaivePolicy`` and the naive estimator of
 ``boost-predicted``'s twin, and computes each queued task's boost afresh at every decision.
