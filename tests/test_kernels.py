@@ -248,6 +248,19 @@ def test_the_boost_kernels_decide_bit_identically_under_quantiles_and_small_wind
 
 
 @settings(max_examples=200, deadline=None)
+@given(table=quantile_traces(max_tasks=120), workers=st.integers(1, 4), params=_boost_params,
+       depth=st.sampled_from(["0", "1", "3", "4096"]), spread=st.sampled_from(["0", "1", "2", "5"]))
+def test_boost_now_s_kernel_follows_the_estimate_as_the_loop_does_at_every_queue_depth(
+    table: TaskTable, workers: int, params: dict[str, str], depth: str, spread: str
+) -> None:
+    """The ranking γ of the amortised re-keying (set at a move of the estimate only where
+    the queue is shallow or ``q / rekey_spread`` dispatches have passed): the Python loop's
+    bits, with depths and spreads small enough that most moves are deferred."""
+    params = {**params, "rekey_depth": depth, "rekey_spread": spread}
+    assert_kernel_is_the_loop(table, "boost-now", workers, params)
+
+
+@settings(max_examples=200, deadline=None)
 @given(table=st.one_of(quantile_traces(), crowded_traces()), workers=st.integers(1, 4),
        params=_boost_params)
 def test_the_ledger_kernel_decides_bit_identically_with_many_tenants_owed_and_overtaken(

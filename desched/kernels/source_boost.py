@@ -158,9 +158,12 @@ def est_boost(i: int, n: int, prm: F64, sc: I64, sg: F64, fe: F64) -> float:
     """``BoostEstimator.boost`` of task ``i``'s label under the current γ."""
     if sc[13] == 0:
         return 0.0
-    g = sg[0]
-    c = fe[i]
-    gt = g * fe[n + i]
+    return label_boost(fe[i], fe[n + i], sg[0], prm[3])
+
+
+def label_boost(c: float, theta: float, g: float, scale: float) -> float:
+    """``BoostEstimator.boost_under`` of the label ``(c, θ)`` under a known ``g``."""
+    gt = g * theta
     if gt >= 1.0 or g * c > MAX_EXPONENT:
         return 0.0
     m = expd(g * c) / (1.0 - gt)
@@ -168,7 +171,7 @@ def est_boost(i: int, n: int, prm: F64, sc: I64, sg: F64, fe: F64) -> float:
         return 0.0
     if m <= 1.0:
         return math.inf
-    return float(prm[3] * (-log1p(-1.0 / m) / g))
+    return float(scale * (-log1p(-1.0 / m) / g))
 
 
 def est_excess(g: float, lam: float, n: int, prm: F64, sc: I64, fd: F64, fe: F64,
@@ -318,39 +321,68 @@ def boost_complete(i: int, t: float, sc: I64) -> None:
     sc[9] -= 1
 
 
-# boost-now: boost-predicted's heaps and estimate; where a dispatch moves γ every queued task's
-# boost (fc) and boosted arrival are recomputed and the heap at 0 rebuilt from the queued
-# tasks (the due heap keeps its due times, fixed at push) --------------------------------
+# boost-now: boost-predicted's heaps and estimate, every queued task keyed under the ranking
+# γ (sg[2], set once sc[5] is 1); sc[3] the tasks queued, sc[4] the dispatches since the
+# ranking γ was last set; prm[5], prm[6] rekey_depth and rekey_spread. Where a dispatch sets
+# the ranking γ every queued task's boost (fc) and boosted arrival are recomputed and the heap
+# at 0 rebuilt from the queued tasks (the due heap keeps its due times, fixed at push) -------
 
 
 def now_init(n: int, sc: I64, ic: I64) -> None:
     boost_init(n, sc, ic)
+    sc[3] = 0
+    sc[4] = 0
+    sc[5] = 0
+
+
+def now_boost(i: int, n: int, prm: F64, sc: I64, sg: F64, fe: F64) -> float:
+    """Task ``i``'s boost under the ranking γ (0 before it is set)."""
+    if sc[5] == 0:
+        return 0.0
+    return label_boost(fe[i], fe[n + i], sg[2], prm[3])
 
 
 def now_push(i: int, t: float, n: int, submit: F64, pred: F64, p50: F64, p90: F64, prm: F64,
              sc: I64, sg: F64, ia: I64, ic: I64, fa: F64, fb: F64, fc: F64, fe: F64) -> None:
-    boost_push(i, t, n, submit, pred, p50, p90, prm, sc, sg, ia, ic, fa, fb, fc, fe)
+    est_label(i, n, pred, p50, p90, fe)
+    s = submit[i]
+    b = now_boost(i, n, prm, sc, sg, fe)
+    sympathy = prm[4]
+    d = math.inf if sympathy == 0.0 or sc[13] == 0 else s + sympathy * sg[1]
+    fc[i] = b
+    ic[i] = 1
+    sc[3] += 1
+    sc[1] = task_push(fa, fb, ia, 0, sc[1], s - b, s, i)
+    if d != math.inf:
+        sc[2] = task_push(fa, fb, ia, n, sc[2], d, s, i)
 
 
 def now_pop(t: float, n: int, submit: F64, prm: F64, sc: I64, sg: F64, ia: I64, ic: I64,
             fa: F64, fb: F64, fc: F64, fd: F64, fe: F64, ff: F64, out: F64) -> int:
-    """``boost_pop``, then the queue rebuilt under the new γ where the dispatch moved it."""
-    had = sc[13]
-    g = sg[0]
+    """``boost_pop``, then the queue rebuilt under the estimator's γ where the dispatch sets
+    the ranking γ to it."""
     i = boost_pop(t, n, submit, prm, sc, sg, ia, ic, fa, fb, fc, fd, fe, ff, out)
-    if sc[13] != had or sg[0] != g:
+    sc[3] -= 1
+    sc[4] += 1
+    q = sc[3]
+    moved = sc[13] != sc[5] or (sc[13] == 1 and sg[0] != sg[2])
+    spread = int(prm[6])
+    if moved and (spread == 0 or q <= int(prm[5]) or sc[4] * spread >= q):
+        sg[2] = sg[0]
+        sc[5] = sc[13]
+        sc[4] = 0
         now_rekey(n, submit, prm, sc, sg, ia, ic, fa, fb, fc, fe)
     return i
 
 
 def now_rekey(n: int, submit: F64, prm: F64, sc: I64, sg: F64, ia: I64, ic: I64, fa: F64,
               fb: F64, fc: F64, fe: F64) -> None:
-    """The heap at 0 holds every queued task once, keyed under the current γ."""
+    """The heap at 0 holds every queued task once, keyed under the ranking γ."""
     size = 0
     for k in range(sc[1]):
         j = ia[k]
         if ic[j] == 1:
-            b = est_boost(j, n, prm, sc, sg, fe)
+            b = now_boost(j, n, prm, sc, sg, fe)
             fc[j] = b
             fa[size] = submit[j] - b
             fb[size] = submit[j]

@@ -80,17 +80,19 @@ REGISTRY = Registry({
 })
 
 
-RECOMMENDED = "boost-predicted"
+RECOMMENDED = "boost-now"
 """The policy to deploy where a duration model is loaded: the live service's default when no
 policy is recorded, and the report's "deployed default". It follows the deployment judge's
 recommendation on the development logs by issue 19's rule (``desched judge --set dev``,
 ``desched.bench.rule``, docs/deploy-policy.md) among the policies that keep the decision-cost
 targets: the rule ranks ``boost-now`` first (4 of 6 workloads, 14 of 18 promises, against
-``boost-predicted``'s 12), but ``boost-now`` re-keys its whole queue whenever γ moves (every
-256 dispatches): 15.4 µs per decision on the 100k-task burst against the 10 µs target, and a
-stall of that re-keying in the live service's poll with a large backlog. ``boost-predicted``,
-second, stays the default until that cost is met. It was ``boost-ledger`` under the earlier,
-leaky predictions; change it only with a judge run that recommends another."""
+``boost-predicted``'s 12). It became the default on 2026-12-08 with its amortised re-keying
+(a queue deeper than 4,096 re-keyed at most once per ``q / 16`` dispatches): 5.7 µs per
+decision on the 100k-task burst (target 10 µs; 12.8 µs re-keying at every move of γ), with
+the adoption criteria committed before the run and the held-back logs confirming it (12 of
+12 promises, as ``boost-predicted``). ``boost-predicted`` was the default before, and
+``boost-ledger`` under the earlier, leaky predictions; change it only with a judge run that
+recommends another."""
 WITHOUT_PREDICTION = TODAY_SCORER
 """The service's default when no duration model is loaded: a policy that reads no
 ``predicted_s`` (today's scorer)."""
