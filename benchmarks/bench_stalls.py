@@ -28,10 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_decisions import RUNNING, task_table  # noqa: E402
-from benchmarks.common import machine, markdown_table, shown, write_json  # noqa: E402
-from desched.policies import make_policy  # noqa: E402
-from desched.trace import TaskTable  # noqa: E402
+from benchmarks.bench_decisions import RUNNING, task_table
+from benchmarks.common import machine, markdown_table, shown, write_json
+from desched.policies import make_policy
+from desched.trace import TaskTable
 
 LONG_MS = 10.0
 
