@@ -204,3 +204,35 @@ def test_the_re_key_s_array_boosts_are_the_scalar_boosts_bit_for_bit(
     got = est.boosts_under(c, theta, g).tolist()
     want = [est.boost_under(a, t, g) for a, t in labels]
     assert [struct.pack("<d", x) for x in got] == [struct.pack("<d", x) for x in want]
+
+
+@settings(max_examples=examples(80), deadline=None)
+@given(tasks=workloads(), before=ops, between=st.lists(st.just(0), max_size=20), after=ops,
+       params=st.sampled_from([{}, {"window": "2"}, {"window": "3", "rekey_depth": "1",
+                                                     "rekey_spread": "2"}]))
+def test_a_task_queued_after_the_save_is_ranked_under_the_restored_gamma(
+    tasks: TaskTable, before: list[int], between: list[int], after: list[int],
+    params: dict[str, str]
+) -> None:
+    """A service killed after a state save restarts from the queue as stored, which may hold
+    tasks pushed after that save: the fast class and its naive twin, each rebuilt from that
+    queue and the older state, then decide alike (every queued task under the one γ)."""
+    driver = Driver(tasks)
+    original = make_policy("boost-now", tasks, params)
+    for op in before:
+        driver.step(original, op)
+    state = json.loads(json.dumps(original.state(), allow_nan=False))
+    for op in between:  # pushes only: tasks the saved state does not hold
+        driver.step(original, op)
+    rebuilt = []
+    for naive in (False, True):
+        policy = make_policy("boost-now", tasks, params, naive=naive)
+        for i in sorted(driver.queued):
+            policy.push(i, driver.now)
+        policy.restore(state)
+        rebuilt.append(policy)
+    fast, naive_twin = rebuilt
+    twin = copy.deepcopy(driver)
+    for op in [*after, *[1] * len(tasks)]:
+        assert driver.step(fast, op) == twin.step(naive_twin, op)
+    assert fast.state() == naive_twin.state()

@@ -184,6 +184,9 @@ class BoostNow(BoostPredicted):
         return {**saved, "ranking": {"gamma": self.gamma, "since": self.since}}
 
     def restore(self, state: dict[str, Any]) -> None:
+        """The saved estimator, ranking γ and dispatch count; then every queued task keyed
+        under that γ, a task the state does not hold (queued after it was saved) too: it
+        was keyed at its push here, before the ranking γ was known."""
         super().restore(state)
         ranking = state.get("ranking")  # absent in a state saved before the ranking γ
         if ranking is None:
@@ -191,6 +194,7 @@ class BoostNow(BoostPredicted):
         else:
             g = ranking["gamma"]
             self.gamma, self.since = None if g is None else float(g), int(ranking["since"])
+        self._rekey()
 
 
 class BoostNowNaive(BoostPredictedNaive):
