@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from desched.policies import make_policy
 from desched.policies.boost_now import BoostNow, BoostNowNaive
+from desched.policies.boost_predicted import keys_state
 from desched.simulator import simulate
 from desched.trace import TaskTable
 from tests.builders import T, examples, make_tasks, workloads
@@ -236,3 +237,62 @@ def test_a_task_queued_after_the_save_is_ranked_under_the_restored_gamma(
     for op in [*after, *[1] * len(tasks)]:
         assert driver.step(fast, op) == twin.step(naive_twin, op)
     assert fast.state() == naive_twin.state()
+
+
+def test_the_saved_state_does_not_grow_with_the_queue() -> None:
+    """Boosts are recomputed from the ranking γ at a restore, so the state holds the
+    estimator, the ranking γ and the finite due times only: the service saves it every few
+    seconds under its lock (a state of every queued task's keys was 4 MB and ~180 ms of
+    ``state()`` and ``json.dumps`` at 100,000 queued)."""
+    sizes = []
+    for queued in (100, 5000):
+        tasks = _bursty_equal(5, queued + 300)
+        policy = make_policy("boost-now", tasks)
+        for i in range(queued + 300):
+            policy.push(i, 1e9)
+        for _ in range(300):
+            policy.pop(1e9)
+        state = policy.state()
+        assert state is not None and policy.estimator.gamma is not None and state["due"] == {}
+        sizes.append(len(json.dumps(state)))
+    assert sizes[1] < sizes[0] + 100
+    guarded = make_policy("boost-now", tasks, {"sympathy": "2"})
+    for i in range(400):
+        guarded.push(i, 1e9)
+        if i % 2:
+            guarded.pop(1e9)
+    state = guarded.state()
+    assert state is not None
+    assert set(state["due"]) == {tasks.task_id[i] for i in guarded.keys
+                                 if guarded.keys[i][2] != math.inf} != set()
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(tasks=workloads(), before=ops, after=ops)
+def test_a_state_saved_before_the_ranking_gamma_is_read_as_the_estimate_s(
+    tasks: TaskTable, before: list[int], after: list[int]
+) -> None:
+    """A service upgraded under a saved state of the earlier form (every queued task's
+    ``[boost, boosted arrival, due]`` under the estimator's γ, no ranking γ) restarts from
+    it: ranking γ the estimator's, due times from those keys; both twins decide alike."""
+    driver = Driver(tasks)
+    original = make_policy("boost-now", tasks, {"sympathy": "1"})
+    for op in before:
+        driver.step(original, op)
+    estimator = original.estimator
+    keys = {i: (b, k, d) for i, (b, k, d) in original.keys.items()}
+    old = json.loads(json.dumps({"estimator": estimator.state(),
+                                 "keys": keys_state(tasks, keys)}, allow_nan=False))
+    rebuilt = []
+    for naive in (False, True):
+        policy = make_policy("boost-now", tasks, {"sympathy": "1"}, naive=naive)
+        for i in sorted(driver.queued):
+            policy.push(i, driver.now)
+        policy.restore(old)
+        rebuilt.append(policy)
+    fast, naive_twin = rebuilt
+    assert fast.gamma == estimator.gamma
+    assert {i: d for i, (_, _, d) in fast.keys.items()} == {i: d for i, (_, _, d) in keys.items()}
+    twin = copy.deepcopy(driver)
+    for op in [*after, *[1] * len(tasks)]:
+        assert driver.step(fast, op) == twin.step(naive_twin, op)

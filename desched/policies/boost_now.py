@@ -51,6 +51,7 @@ from desched.policies.boost_predicted import (
     BoostParams,
     BoostPredicted,
     BoostPredictedNaive,
+    read_keys,
 )
 from desched.structures.heaps import LazyWalk
 from desched.trace import TaskTable
@@ -179,21 +180,36 @@ class BoostNow(BoostPredicted):
         self.stale.clear()
 
     def state(self) -> dict[str, Any] | None:
-        saved = super().state()
-        assert saved is not None
-        return {**saved, "ranking": {"gamma": self.gamma, "since": self.since}}
+        """The estimator, the ranking γ and the dispatches since it was set, and the finite
+        due times by task id: every boost is recomputed from the ranking γ at a restore, so
+        none is saved (O(window + guarded tasks), not O(queue): the service saves it every
+        few seconds under its lock)."""
+        ids = self.tasks.task_id
+        return {
+            "estimator": self.estimator.state(),
+            "ranking": {"gamma": self.gamma, "since": self.since},
+            "due": {ids[i]: d for i, (_, _, d) in self.keys.items() if d != math.inf},
+        }
 
     def restore(self, state: dict[str, Any]) -> None:
-        """The saved estimator, ranking γ and dispatch count; then every queued task keyed
-        under that γ, a task the state does not hold (queued after it was saved) too: it
-        was keyed at its push here, before the ranking γ was known."""
-        super().restore(state)
-        ranking = state.get("ranking")  # absent in a state saved before the ranking γ
+        """The saved estimator, ranking γ, dispatch count and due times; then every queued
+        task keyed under that γ, a task the state does not hold (queued after it was saved)
+        too: it was keyed at its push here, before the ranking γ was known. A state saved
+        before the ranking γ existed (each task's keys under the estimator's γ) is read as
+        that γ and those keys' due times."""
+        self.estimator.restore(state["estimator"])
+        ranking = state.get("ranking")
         if ranking is None:
             self.gamma, self.since = self.estimator.gamma, 0
+            saved = read_keys(self.tasks, list(self.keys), state.get("keys", {}))
+            due = {i: d for i, (_, _, d) in saved.items()}
         else:
             g = ranking["gamma"]
             self.gamma, self.since = None if g is None else float(g), int(ranking["since"])
+            by_id = state.get("due", {})
+            ids = self.tasks.task_id
+            due = {i: float(by_id[ids[i]]) for i in self.keys if ids[i] in by_id}
+        self.keys = {i: (b, k, due.get(i, d)) for i, (b, k, d) in self.keys.items()}
         self._rekey()
 
 
@@ -233,20 +249,29 @@ class BoostNowNaive(BoostPredictedNaive):
         return self.tasks.submit_s[i] - b, (b,)
 
     def state(self) -> dict[str, Any] | None:
-        for i in self.queue:  # the boosts as the fast class keeps them: under the ranking γ
-            self.boost[i] = self.est.boost_with(i, self.ranking)
-        saved = super().state()
-        assert saved is not None
-        return {**saved, "ranking": {"gamma": self.ranking, "since": self.count}}
+        ids = self.tasks.task_id
+        return {
+            "estimator": self.est.state(),
+            "ranking": {"gamma": self.ranking, "since": self.count},
+            "due": {ids[i]: self.due[i] for i in sorted(self.queue) if self.due[i] != math.inf},
+        }
 
     def restore(self, state: dict[str, Any]) -> None:
-        super().restore(state)
+        self.est.restore(state["estimator"])
         ranking = state.get("ranking")
-        if ranking is None:
+        ids = self.tasks.task_id
+        if ranking is None:  # a state of every task's keys: [boost, boosted arrival, due]
             self.ranking, self.count = self.est.g, 0
+            for i in self.queue:
+                row = state.get("keys", {}).get(ids[i])
+                if row is not None:
+                    self.due[i] = math.inf if row[2] is None else float(row[2])
         else:
             self.ranking = None if ranking["gamma"] is None else float(ranking["gamma"])
             self.count = int(ranking["since"])
+            for i in self.queue:
+                if ids[i] in state["due"]:
+                    self.due[i] = float(state["due"][ids[i]])
 
 
 BoostNow.naive = BoostNowNaive
