@@ -291,8 +291,14 @@ def boost_init(n: int, sc: I64, ic: I64) -> None:
 def boost_push(i: int, t: float, n: int, submit: F64, pred: F64, p50: F64, p90: F64, prm: F64,
                sc: I64, sg: F64, ia: I64, ic: I64, fa: F64, fb: F64, fc: F64, fe: F64) -> None:
     est_label(i, n, pred, p50, p90, fe)
+    boost_enqueue(i, est_boost(i, n, prm, sc, sg, fe), n, submit, prm, sc, sg, ia, ic, fa, fb,
+                  fc)
+
+
+def boost_enqueue(i: int, b: float, n: int, submit: F64, prm: F64, sc: I64, sg: F64, ia: I64,
+                  ic: I64, fa: F64, fb: F64, fc: F64) -> None:
+    """Task ``i`` queued with boost ``b``: its boosted arrival, and its due time if guarded."""
     s = submit[i]
-    b = est_boost(i, n, prm, sc, sg, fe)
     sympathy = prm[4]
     d = math.inf if sympathy == 0.0 or sc[13] == 0 else s + sympathy * sg[1]
     fc[i] = b
@@ -345,16 +351,9 @@ def now_boost(i: int, n: int, prm: F64, sc: I64, sg: F64, fe: F64) -> float:
 def now_push(i: int, t: float, n: int, submit: F64, pred: F64, p50: F64, p90: F64, prm: F64,
              sc: I64, sg: F64, ia: I64, ic: I64, fa: F64, fb: F64, fc: F64, fe: F64) -> None:
     est_label(i, n, pred, p50, p90, fe)
-    s = submit[i]
-    b = now_boost(i, n, prm, sc, sg, fe)
-    sympathy = prm[4]
-    d = math.inf if sympathy == 0.0 or sc[13] == 0 else s + sympathy * sg[1]
-    fc[i] = b
-    ic[i] = 1
     sc[3] += 1
-    sc[1] = task_push(fa, fb, ia, 0, sc[1], s - b, s, i)
-    if d != math.inf:
-        sc[2] = task_push(fa, fb, ia, n, sc[2], d, s, i)
+    boost_enqueue(i, now_boost(i, n, prm, sc, sg, fe), n, submit, prm, sc, sg, ia, ic, fa, fb,
+                  fc)
 
 
 def now_pop(t: float, n: int, submit: F64, prm: F64, sc: I64, sg: F64, ia: I64, ic: I64,
