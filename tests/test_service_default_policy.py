@@ -4,13 +4,17 @@ prediction without, said at start and on /healthz."""
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from desched.cli.models import DEFAULT_REGISTRY
 from desched.policies import RECOMMENDED, WITHOUT_PREDICTION, default_policy, get_policy
+from desched.service.records import NewTask
 from desched.service.settings import ServiceSettings
+from desched.service.writer import wait
 from tests.test_service_scheduler import FakeTime, FixedPredictor, make_scheduler
 
 
@@ -63,3 +67,128 @@ def test_the_service_looks_for_the_duration_model_where_desched_train_puts_it(
 ) -> None:
     monkeypatch.delenv("DESCHED_PREDICTOR_REGISTRY", raising=False)
     assert ServiceSettings().predictor_registry == Path(DEFAULT_REGISTRY)
+
+
+class NonPositivePredictor(FixedPredictor):
+    """A model that cannot label some tasks: a non-positive prediction (stored as unknown)."""
+
+    def predict_labels(self, task: dict[str, Any]) -> tuple[float, float, float]:
+        if task.get("pages") == 13:
+            return -1.0, math.nan, math.nan
+        return super().predict_labels(task)
+
+
+def test_tasks_queued_without_a_model_are_predicted_when_a_restart_loads_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The README's walk-through: the service starts without a model (tasks stored with no
+    prediction), a model is trained, the service restarts with it: it runs the recommended
+    policy over the queued tasks, each predicted from its stored features (it had refused to
+    start: the default policy could not be installed over unlabelled tasks)."""
+    db, now = tmp_path / "state.db", FakeTime()
+    first = make_scheduler(db, now)
+    try:
+        ids, _, pending = first.submit("a", [NewTask("extract", pages=p) for p in (1, 4, 2)])
+        wait(pending)
+    finally:
+        first.stop()
+    with caplog.at_level(logging.WARNING, logger="desched.service"):
+        second = make_scheduler(db, now, predictor=FixedPredictor())
+    try:
+        assert second.health().policy == RECOMMENDED
+        assert "predicted 3 live task(s) stored without a prediction" in caplog.text
+        assert second.counters.tasks_labelled_late == 3
+        assert "desched_tasks_labelled_late_total 3" in second.metrics()
+        t = second.tasks
+        labels = {t.task_id[i]: t.predicted_s[i] for i in second.queued}
+        assert labels == {ids[0]: 2.0, ids[1]: 8.0, ids[2]: 4.0}
+        granted = []
+        for _ in ids:
+            grant, pending = second.poll("w", "slot")
+            wait(pending)
+            granted.append(grant.task.task_id)
+        assert sorted(granted) == sorted(ids)
+    finally:
+        second.stop()
+
+
+def test_a_recorded_prediction_policy_set_while_unlabelled_tasks_wait_runs_over_them(
+    tmp_path: Path
+) -> None:
+    """``desched policy set boost-now`` after a model was loaded while tasks submitted
+    without one still wait: the switch predicts them and takes effect."""
+    db, now = tmp_path / "state.db", FakeTime()
+    sched = make_scheduler(db, now)
+    try:
+        _, _, pending = sched.submit("a", [NewTask("extract", pages=3)])
+        wait(pending)
+        sched.predictions.duration = FixedPredictor()
+        sched.host.model_loaded()
+        sched.write_store.set_policy(RECOMMENDED, {})
+        assert sched.refresh_policy()
+        assert sched.health().policy == RECOMMENDED
+        assert [sched.tasks.predicted_s[i] for i in sched.queued] == [6.0]
+    finally:
+        sched.stop()
+
+
+def test_a_queued_task_no_model_can_label_is_ranked_as_a_typical_one_after_a_restart(
+    tmp_path: Path
+) -> None:
+    """Where the model cannot label a queued task either, the recommended policy still runs:
+    that task is ranked as typical (the median prediction of the live tasks; it had kept the
+    service from starting at all)."""
+    db, now = tmp_path / "state.db", FakeTime()
+    first = make_scheduler(db, now)
+    try:
+        ids, _, pending = first.submit("a", [NewTask("extract", pages=p) for p in (13, 2, 5)])
+        wait(pending)
+    finally:
+        first.stop()
+    second = make_scheduler(db, now, predictor=NonPositivePredictor())
+    try:
+        assert second.health().policy == RECOMMENDED
+        t = second.tasks
+        assert {t.task_id[i]: t.predicted_s[i] for i in second.queued} == {
+            ids[0]: 7.0, ids[1]: 4.0, ids[2]: 10.0}
+        assert second.counters.tasks_labelled_typical == 1
+        assert second.counters.tasks_labelled_late == 2
+    finally:
+        second.stop()
+
+
+def test_tasks_the_running_model_cannot_label_are_ranked_as_typical_and_the_state_saves(
+    tmp_path: Path
+) -> None:
+    """A submit the loaded model cannot label, under the recommended policy: ranked as a
+    typical task (a NaN label had entered Boost's window of labels: its γ estimate NaN and
+    every later state save, and the service's stop, failing on JSON's lack of NaN); the
+    stored record keeps the prediction unknown; a restart takes the saved state back."""
+    db, now = tmp_path / "state.db", FakeTime()
+    sched = make_scheduler(db, now, predictor=NonPositivePredictor())
+    try:
+        ids = []
+        for _ in range(50):
+            now.t += 0.5
+            got, _, pending = sched.submit("a", [NewTask("extract", pages=p)
+                                                 for p in (2, 13, 1, 5, 13, 3)])
+            wait(pending)
+            ids += got
+        t = sched.tasks
+        assert all(math.isfinite(t.predicted_s[i]) for i in sched.queued)
+        assert sched.counters.tasks_labelled_typical == 100
+        for _ in range(200):
+            now.t += 1.0
+            grant, pending = sched.poll("w", "slot")
+            wait(pending)
+            wait(sched.complete("w", grant.task.task_id, grant.lease_id, 1.0))
+        assert sched.policy.estimator.gamma is not None
+        assert math.isfinite(sched.policy.estimator.gamma)
+        assert sched.task_view("a", ids[1]).predicted_s is None
+    finally:
+        sched.stop()
+    again = make_scheduler(db, now, predictor=NonPositivePredictor())
+    try:
+        assert again.counters.policy_state_restores == 1
+    finally:
+        again.stop()

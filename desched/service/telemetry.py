@@ -51,6 +51,8 @@ class Counters:
     unfit_skips: int = 0
     unfit_polls: int = 0
     policy_state_restores: int = 0
+    tasks_labelled_late: int = 0
+    tasks_labelled_typical: int = 0
     cancelled_queued: int = 0
     cancelled_leased: int = 0
     takeovers: int = 0
@@ -95,6 +97,18 @@ _COUNTERS = (
         "desched_policy_state_restores",
         "Starts and rebuilds that took back the policy state saved by an earlier run.",
         "policy_state_restores",
+    ),
+    (
+        "desched_tasks_labelled_late",
+        ("Live tasks stored without a prediction, predicted when a policy ranking on "
+         "predictions was installed over them."),
+        "tasks_labelled_late",
+    ),
+    (
+        "desched_tasks_labelled_typical",
+        ("Tasks the duration model could not label, ranked under the median prediction of "
+         "the live tasks by a policy that ranks on predictions."),
+        "tasks_labelled_typical",
     ),
     (
         "desched_takeovers",
