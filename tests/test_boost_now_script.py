@@ -296,3 +296,22 @@ def test_a_state_saved_before_the_ranking_gamma_is_read_as_the_estimate_s(
     twin = copy.deepcopy(driver)
     for op in [*after, *[1] * len(tasks)]:
         assert driver.step(fast, op) == twin.step(naive_twin, op)
+
+
+def test_a_long_walk_of_a_deep_queue_is_the_pops_on_a_copy() -> None:
+    """A memory-aware poll may walk thousands of candidates; each time the walk would set the
+    ranking γ, the rest is ranked over arrays: the walk's first 1,500 candidates are the
+    first 1,500 pops of a copy, with the queue above and below ``rekey_depth``."""
+    rng = random.Random(11)
+    tasks = make_tasks(*(T(tenant=rng.choice("abcd"), submit_s=k * 0.05, duration_s=1.0,
+                           predicted_s=rng.choice([1.0, 3.0, 30.0, 200.0, 900.0]))
+                         for k in range(6000)))
+    for depth in (10_000, 100):
+        policy = make_policy("boost-now", tasks, {"window": "16", "rekey_depth": str(depth)})
+        for i in range(len(tasks)):
+            policy.push(i, 400.0)
+        for _ in range(40):  # an estimate, and a ranking γ, before the walk
+            policy.pop(400.0)
+        trial = copy.deepcopy(policy, {id(policy.tasks): policy.tasks})
+        walk = policy.pop_sequence(400.0)
+        assert [next(walk) for _ in range(1500)] == [trial.pop(400.0) for _ in range(1500)]

@@ -86,17 +86,29 @@ class BoostNow(BoostPredicted):
         """The ranking γ: every queued task's boost is under it."""
         self.since = 0
         """Dispatches since the ranking γ was last set."""
-        self.labels: dict[int, tuple[float, float]] = {}
-        """Each queued task's label ``(c, θ)``, kept from its push for the re-keying."""
+        self.rows = np.zeros((3, 0))
+        """Each pushed task's label ``c``, ``θ`` and its ``submit_s``, by position (grown
+        as the table grows): the re-keying reads the queued tasks' rows as arrays."""
 
     def _boost(self, i: int) -> float:
         est = self.estimator
-        label = self.labels[i] = est.label(i)
-        return est.boost_under(*label, self.gamma)
+        c, theta = est.label(i)
+        if i >= self.rows.shape[1]:
+            grown = np.zeros((3, max(2 * self.rows.shape[1], i + 1, 64)))
+            grown[:, :self.rows.shape[1]] = self.rows
+            self.rows = grown
+        self.rows[:, i] = (c, theta, self.tasks.submit_s[i])
+        return est.boost_under(c, theta, self.gamma)
 
-    def _leave(self, i: int) -> None:
-        super()._leave(i)
-        del self.labels[i]
+    def _ranked(self, ids: np.ndarray, gamma: float | None) -> tuple[np.ndarray, ...]:
+        """The tasks ``ids`` under ``gamma``: their boosts, boosted arrivals and submit
+        times, and the order of ``(boosted arrival, submit_s, position)``, the heaps' tuple
+        order (a boost is 0, finite or +inf, never NaN: ``make_policy`` admits only finite
+        ``predicted_s``, and a NaN or infinite quantile falls back to it)."""
+        c, theta, s = self.rows[:, ids]
+        b = self.estimator.boosts_under(c, theta, gamma)
+        k = s - b
+        return b, k, s, np.lexsort((ids, s, k))
 
     def follows(self, queued: int, since: int) -> bool:
         """Whether the ranking γ takes a new estimate after a dispatch that leaves
@@ -119,13 +131,14 @@ class BoostNow(BoostPredicted):
         heap of its own from then on. The estimator is copied only when a pop past the
         first is asked for (a poll whose first candidate fits, the common case, copies
         nothing)."""
-        tenant, submit = self.tasks.tenant, self.tasks.submit_s
+        tenant = self.tasks.tenant
         keys = self.keys
         est: BoostEstimator | None = None
         gamma, since = self.gamma, self.since
         gone: set[int] = set()
         due, walk = LazyWalk(self.by_due, keys), LazyWalk(self.by_key, keys)
-        fresh: list[tuple[float, float, int]] | None = None
+        fresh: list[int] | None = None  # the rest in order under a γ the walk set
+        at = 0
         while len(gone) < len(keys):
             top = due.peek(gone)
             if top is not None and top[0] <= now:
@@ -135,9 +148,9 @@ class BoostNow(BoostPredicted):
                 assert entry is not None
                 i = entry[2]
             else:
-                while fresh[0][2] in gone:
-                    heapq.heappop(fresh)
-                i = fresh[0][2]
+                while fresh[at] in gone:
+                    at += 1
+                i = fresh[at]
             gone.add(i)
             if not skip or tenant[i] not in skip:
                 yield i
@@ -147,32 +160,23 @@ class BoostNow(BoostPredicted):
             since += 1
             if est.gamma != gamma and self.follows(len(keys) - len(gone), since):
                 gamma, since = est.gamma, 0
-                fresh = [(submit[j] - est.boost_under(*est.label(j), gamma), submit[j], j)
-                         for j in keys if j not in gone]
-                heapq.heapify(fresh)
+                rest = np.fromiter((j for j in keys if j not in gone), dtype=np.int64,
+                                   count=len(keys) - len(gone))
+                fresh = rest[self._ranked(rest, gamma)[3]].tolist()
+                at = 0
 
     def _rekey(self) -> None:
         """Every queued task's boost and boosted arrival under the ranking γ, computed over
         arrays (``BoostEstimator.boosts_under``: the scalar path's bits); the key heap
         rebuilt as the sorted live entries (a sorted list is a heap), the due heap from the
         live entries."""
-        submit, keys, labels = self.tasks.submit_s, self.keys, self.labels
+        submit, keys = self.tasks.submit_s, self.keys
         ids = np.fromiter(keys, dtype=np.int64, count=len(keys))
-        got = [labels[i] for i in keys]
-        c = np.fromiter((x[0] for x in got), dtype=np.float64, count=len(got))
-        theta = np.fromiter((x[1] for x in got), dtype=np.float64, count=len(got))
-        s = np.fromiter((submit[i] for i in keys), dtype=np.float64, count=len(got))
-        b = self.estimator.boosts_under(c, theta, self.gamma)
-        k = s - b
         dues = [d for _, _, d in keys.values()]
+        b, k, s, order = self._ranked(ids, self.gamma)
+        self.by_key = list(zip(k[order].tolist(), s[order].tolist(), ids[order].tolist(),
+                               strict=True))
         self.keys = dict(zip(keys, zip(b.tolist(), k.tolist(), dues, strict=True), strict=True))
-        if np.isnan(k).any():  # no total order: heapify the tuples as they are
-            self.by_key = list(zip(k.tolist(), s.tolist(), ids.tolist(), strict=True))
-            heapq.heapify(self.by_key)
-        else:
-            order = np.lexsort((ids, s, k))
-            self.by_key = list(zip(k[order].tolist(), s[order].tolist(), ids[order].tolist(),
-                                   strict=True))
         self.by_due = [(d, submit[i], i) for i, d in zip(keys, dues, strict=True)
                        if d != math.inf]
         heapq.heapify(self.by_due)
