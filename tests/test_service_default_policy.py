@@ -3,6 +3,7 @@ prediction without, said at start and on /healthz."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from pathlib import Path
@@ -11,9 +12,16 @@ from typing import Any
 import pytest
 
 from desched.cli.models import DEFAULT_REGISTRY
-from desched.policies import RECOMMENDED, WITHOUT_PREDICTION, default_policy, get_policy
+from desched.policies import (
+    RECOMMENDED,
+    WITHOUT_PREDICTION,
+    default_policy,
+    get_policy,
+    make_policy,
+)
 from desched.service.records import NewTask
 from desched.service.settings import ServiceSettings
+from desched.service.store import POLICY_STATE_KEY, Store
 from desched.service.writer import wait
 from tests.test_service_scheduler import FakeTime, FixedPredictor, make_scheduler
 
@@ -192,3 +200,72 @@ def test_tasks_the_running_model_cannot_label_are_ranked_as_typical_and_the_stat
         assert again.counters.policy_state_restores == 1
     finally:
         again.stop()
+
+
+def _corrupt(state: dict[str, Any], variant: str) -> str:
+    """The saved record of ``state``, altered as a hand edit or another version might."""
+    est = dict(state["estimator"])
+    if variant == "nan label":
+        est["labels"] = [*est["labels"][:-1], ["NaN_HERE", 1.0, 2.0]]
+        text = json.dumps({**state, "estimator": est}).replace('"NaN_HERE"', "NaN")
+        return text
+    if variant == "since past the float range":
+        return json.dumps({**state, "ranking": {**state["ranking"], "since": 1}}).replace(
+            '"since": 1', '"since": 1e999')
+    if variant == "negative gamma":
+        return json.dumps({**state, "estimator": {**est, "gamma": -1.0}})
+    # the earlier form (every queued task's keys), one row unreadable: fails after the
+    # estimator was restored
+    keys = {tid: ["x", 0.0, None] for tid in state["due_ids"]}
+    return json.dumps({"estimator": est, "keys": keys})
+
+
+@pytest.mark.parametrize("variant", ["nan label", "since past the float range",
+                                     "negative gamma", "unreadable key after the estimator"])
+def test_a_corrupt_saved_state_is_ignored_whole_and_later_saves_work(
+    tmp_path: Path, variant: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A saved state no run of this service writes (NaN or a number past the float range,
+    which JSON readers accept; a value out of range; a row that fails half way through) is
+    ignored with a warning: the service starts on a fresh policy (not a half-restored one)
+    and its next saves succeed. A NaN had been taken back and then failed every save; a
+    1e999 had stopped the service from starting."""
+    db, now = tmp_path / "state.db", FakeTime()
+    first = make_scheduler(db, now, predictor=FixedPredictor())
+    try:
+        for _ in range(40):
+            now.t += 0.5
+            wait(first.submit("a", [NewTask("extract", pages=p) for p in (1, 3, 7)])[2])
+        for _ in range(30):
+            wait(first.poll("w", "slot")[1])
+        state = first.policy.state()
+        assert state is not None and state["estimator"]["gamma"] is not None
+        state["due_ids"] = [first.tasks.task_id[i] for i in sorted(first.queued)]
+        spec = first.host.spec.identity()
+    finally:
+        first.stop()
+    record = json.loads(Store(str(db)).get_config(POLICY_STATE_KEY) or "{}")
+    assert record["policy"] == spec
+    text = _corrupt(state, variant)
+    corrupt = ('{"policy": ' + json.dumps(spec) + ', "saved_at": 1.0, "state": ' + text + "}")
+    store = Store(str(db))
+    store.set_config(POLICY_STATE_KEY, corrupt)
+    store.close()
+    with caplog.at_level(logging.WARNING, logger="desched.service"):
+        second = make_scheduler(db, now, predictor=FixedPredictor())
+    try:
+        assert "saved policy state not restored" in caplog.text
+        assert second.counters.policy_state_restores == 0
+        fresh = make_policy(RECOMMENDED, second.tasks)
+        for i in sorted(second.queued):
+            fresh.push(i, now.t)
+        assert second.policy.state() == fresh.state()
+        now.t += 10.0
+        grant, pending = second.poll("w", "slot")
+        wait(pending)
+        assert grant is not None
+        wait(second.save_policy_state(force=True))
+    finally:
+        second.stop()
+    saved = Store(str(db)).get_config(POLICY_STATE_KEY)
+    assert saved is not None and "NaN" not in saved and json.loads(saved)["saved_at"] > 1.0

@@ -201,18 +201,21 @@ class BoostNow(BoostPredicted):
         too: it was keyed at its push here, before the ranking γ was known. A state saved
         before the ranking γ existed (each task's keys under the estimator's γ) is read as
         that γ and those keys' due times."""
-        self.estimator.restore(state["estimator"])
         ranking = state.get("ranking")
-        if ranking is None:
-            self.gamma, self.since = self.estimator.gamma, 0
-            saved = read_keys(self.tasks, list(self.keys), state.get("keys", {}))
-            due = {i: d for i, (_, _, d) in saved.items()}
-        else:
+        if ranking is not None:  # read and checked before anything changes
             g = ranking["gamma"]
-            self.gamma, self.since = None if g is None else float(g), int(ranking["since"])
+            gamma, since = None if g is None else float(g), int(ranking["since"])
+            if (gamma is not None and not gamma > 0) or since < 0:
+                raise ValueError("a saved ranking γ out of range")
             by_id = state.get("due", {})
             ids = self.tasks.task_id
             due = {i: float(by_id[ids[i]]) for i in self.keys if ids[i] in by_id}
+        self.estimator.restore(state["estimator"])
+        if ranking is None:
+            gamma, since = self.estimator.gamma, 0
+            saved = read_keys(self.tasks, list(self.keys), state.get("keys", {}))
+            due = {i: d for i, (_, _, d) in saved.items()}
+        self.gamma, self.since = gamma, since
         self.keys = {i: (b, k, due.get(i, d)) for i, (b, k, d) in self.keys.items()}
         self._rekey()
 

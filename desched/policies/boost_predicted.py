@@ -282,16 +282,26 @@ class BoostEstimator:
         }
 
     def restore(self, state: dict[str, Any]) -> None:
+        """``state()`` back; a value out of its range (γ not positive, a negative count, a
+        label that is not three finite numbers) raises ``ValueError`` before anything is
+        changed."""
         gamma = state["gamma"]
-        self.gamma = None if gamma is None else float(gamma)
+        gamma = None if gamma is None else float(gamma)
         mean = state["mean_size"]
-        self.mean_size = math.nan if mean is None else float(mean)
-        self.dispatches = int(state["dispatches"])
-        self.workers_seen = int(state["workers_seen"])
+        mean = math.nan if mean is None else float(mean)
+        dispatches, seen = int(state["dispatches"]), int(state["workers_seen"])
+        labels = [(float(c), float(th), float(s)) for c, th, s in state["labels"]]
+        if ((gamma is not None and not (math.isfinite(gamma) and gamma > 0))
+                or not (math.isnan(mean) or (math.isfinite(mean) and mean >= 0))
+                or dispatches < 0 or seen < 0
+                or not all(math.isfinite(x) for label in labels for x in label)):
+            raise ValueError("a saved γ estimate out of range")
         position = {tid: i for i, tid in enumerate(self.tasks.task_id)}
+        self.gamma, self.mean_size = gamma, mean
+        self.dispatches, self.workers_seen = dispatches, seen
         self.running = {position[t] for t in state["running"] if t in position}
         self.labels.clear()
-        self.labels.extend((float(c), float(th), float(s)) for c, th, s in state["labels"])
+        self.labels.extend(labels)
 
 
 def keys_state(tasks: TaskTable, keys: dict[int, tuple[float, float, float]]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,10 +111,12 @@ class PolicyHost:
         The running policy stays if this raises."""
         self.check(spec.name)
         policy = make_policy(spec.name, tasks, spec.params)
-        for i in sorted(queued):
+        order = sorted(queued)
+        for i in order:
             policy.push(i, now)
         self.policy = policy
         self.spec = spec
+        self._installed = (tasks, order, now)
 
     def model_loaded(self) -> None:
         """A duration model serves now (the registry's champion loaded after the start): the
@@ -167,12 +170,34 @@ class PolicyHost:
         if saved is None:
             return False
         try:
-            record = json.loads(saved)
+            record = json.loads(saved, parse_float=_finite, parse_constant=_no_constant)
             if record["policy"] != self.spec.identity():
                 return False
-            self.policy.restore(record["state"])
         except (ValueError, KeyError, TypeError) as exc:
             logger.warning("saved policy state not restored: %s", exc)
             return False
+        try:
+            self.policy.restore(record["state"])
+        except (ValueError, KeyError, TypeError, ArithmeticError) as exc:
+            # the policy may be half restored: build it afresh over the same queue
+            logger.warning("saved policy state not restored: %s", exc)
+            tasks, order, at = self._installed
+            policy = make_policy(self.spec.name, tasks, self.spec.params)
+            for i in order:
+                policy.push(i, at)
+            self.policy = policy
+            return False
         self._saved = (now, record["state"])
         return True
+
+
+def _finite(text: str) -> float:
+    """A number of a saved state: finite, as every state is saved (JSON without NaN)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"a number out of range in the saved state: {text[:40]}")
+    return value
+
+
+def _no_constant(text: str) -> float:
+    raise ValueError(f"{text} in the saved state (states are saved without NaN or Infinity)")
