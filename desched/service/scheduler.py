@@ -61,7 +61,8 @@ Invariants, each enforced under one lock (``lock``):
   when the database's token epoch moved (a revocation) and acknowledges the epoch.
 
 The mechanism never branches on which policy runs; it reads only the policy's declared
-``reads`` to refuse one that needs predictions when no predictor is loaded. A poll that
+``reads``: to refuse one that needs predictions when no predictor is loaded, and to label
+the tasks such a policy ranks (``labels``). A poll that
 states the worker's ``free_mem_mb`` gets the policy's first candidate predicted to fit in it
 (``dispatch``, memory-aware dispatch); the policy is then exactly as if only that task had
 been dispatched.
@@ -74,7 +75,6 @@ from __future__ import annotations
 
 import logging
 import math
-import statistics
 import threading
 import time
 from collections.abc import Sequence
@@ -82,7 +82,6 @@ from typing import Any
 
 from desched.errors import DeschedError
 from desched.models.interfaces import DurationPredictor, MemoryPredictor
-from desched.policies import get_policy
 from desched.policies.base import Policy
 from desched.service.admission import Admission
 from desched.service.clock import Clock
@@ -107,6 +106,7 @@ from desched.service.errors import (
     ended_refusal,
 )
 from desched.service.idempotency import SubmitKeys
+from desched.service.labels import label_stored, label_typical, recorded_name
 from desched.service.leases import LeaseBook
 from desched.service.policy_host import PolicyHost, PolicySpec
 from desched.service.predictions import Predictions
@@ -341,61 +341,13 @@ class Scheduler:
             self.admission.apply(self.store.tenant_controls(), epoch)
         for row in rows:
             self._load(row)
-        self._label(spec.name)
+        label_stored(self.predictions, self.tasks, self.live, self.counters, spec.name)
         self.host.install(spec, self.tasks, self.queued, self.clock())
         with self.read_lock:
             saved = self.store.saved_policy_state()
         if self.host.restore(saved, self.clock()):
             self.counters.policy_state_restores += 1
         self._stale = False
-
-    def _label(self, name: str) -> None:
-        """Where policy ``name`` ranks on predictions and a duration model is loaded, predict
-        each live task stored without one (submitted while no model was loaded) from its
-        stored features, in memory (the database keeps what was known at submit), so that
-        the policy can be installed over them. A task the model cannot label (a prediction
-        that is not a positive number) stays unlabelled, and the install refuses."""
-        try:
-            reads = get_policy(name).reads
-        except DeschedError:
-            return  # unknown: the install says so
-        t = self.tasks
-        if self.predictions.duration is None or "predicted_s" not in reads:
-            return
-        labelled, unlabelled = 0, []
-        for i, task in self.live.items():
-            if math.isnan(t.predicted_s[i]):
-                d = self.predictions.durations(task.tenant, task, task.submit_s)  # type: ignore[arg-type]
-                t.predicted_s[i], t.predicted_p50_s[i], t.predicted_p90_s[i] = d
-                if math.isnan(d.predicted_s):
-                    unlabelled.append(i)
-                else:
-                    labelled += 1
-        if labelled:
-            logger.warning("predicted %d live task(s) stored without a prediction (submitted "
-                           "while no duration model was loaded), for %s", labelled, name)
-            self.counters.tasks_labelled_late += labelled
-        self._typical(unlabelled)
-
-    def _typical(self, positions: list[int]) -> None:
-        """Tasks the loaded model could not label (a prediction that is not a positive
-        number), under a policy that ranks on predictions: each ranked as a typical task, the
-        median ``predicted_s`` of the live tasks that have one (1 s where none has), with no
-        quantiles, in memory only (the database keeps them unknown). A NaN label would
-        poison the ranking (Boost's γ estimate from the window of labels, every comparison)
-        and the saved state (JSON has no NaN)."""
-        if not positions:
-            return
-        t = self.tasks
-        known = [t.predicted_s[i] for i in self.live if not math.isnan(t.predicted_s[i])]
-        typical = statistics.median(known) if known else 1.0
-        for i in positions:
-            t.predicted_s[i], t.predicted_p50_s[i], t.predicted_p90_s[i] = (typical, math.nan,
-                                                                             math.nan)
-        self.counters.tasks_labelled_typical += len(positions)
-        logger.warning("%d task(s) the duration model could not label ranked as typical "
-                       "(%.3g s, the median prediction of the live tasks)", len(positions),
-                       typical)
 
     def _recover(self, exc: BaseException) -> None:
         """A batch failed to commit: fail what is queued behind it and rebuild from the
@@ -464,10 +416,8 @@ class Scheduler:
         with self.lock:
             if not self.active or self._stale or config is None or not self.host.is_new(config):
                 return False
-            try:
-                self._label(PolicySpec.recorded(config).name)
-            except DeschedError:
-                pass  # an unreadable row: the switch refuses it and says why
+            label_stored(self.predictions, self.tasks, self.live, self.counters,
+                         recorded_name(config))
             if not self.host.switch(config, self.tasks, self.queued, self.clock()):
                 return False
             self.counters.policy_switches += 1
@@ -551,8 +501,7 @@ class Scheduler:
                 pending = self.writer.add(writes)
             self.next_seq += len(new)
             positions = [self._admit(task) for task in new]
-            if "predicted_s" in self.host.policy.reads:
-                self._typical([i for i in positions if math.isnan(self.tasks.predicted_s[i])])
+            label_typical(self.host.policy, self.tasks, self.live, positions, self.counters)
             for i in positions:
                 self._enqueue(i, now)
             self.counters.submitted += len(new)
@@ -597,15 +546,8 @@ class Scheduler:
             lease_id = self.leases.new_lease_id()
             expires = self.leases.expiry(now)
             attempt = task.attempts + 1
-            write = lease_write(
-                task.seq,
-                attempt,
-                worker,
-                worker_id,
-                lease_id,
-                lease_expires_at=expires,
-                start_s=now,
-            )
+            write = lease_write(task.seq, attempt, worker, worker_id, lease_id,
+                                lease_expires_at=expires, start_s=now)
             tenant_backlog = self.backlog[task.tenant]
             logged = None
             if self.log is not None:
@@ -843,11 +785,8 @@ class Scheduler:
         """What one scrape of ``/metrics`` reports, read in one go under the lock."""
         with self.lock:
             return Snapshot(
-                counters=self.counters.copy(),
-                queue_length=sorted(self.backlog.items()),
-                leased=len(self.leases),
-                policy=self.host.spec.name,
-                active=self.active,
+                counters=self.counters.copy(), queue_length=sorted(self.backlog.items()),
+                leased=len(self.leases), policy=self.host.spec.name, active=self.active,
                 tenants=self.admission.tenants(self.tasks),
                 rate_limited=self.admission.rate_limited,
             )
