@@ -86,6 +86,18 @@ class NonPositivePredictor(FixedPredictor):
         return super().predict_labels(task)
 
 
+def queued_without_a_model(db: Path, now: FakeTime, pages: tuple[int, ...]) -> list[str]:
+    """Tasks of ``pages`` pages submitted to a service without a duration model, which then
+    stops: their ids, stored without a prediction."""
+    first = make_scheduler(db, now)
+    try:
+        ids, _, pending = first.submit("a", [NewTask("extract", pages=p) for p in pages])
+        wait(pending)
+    finally:
+        first.stop()
+    return ids
+
+
 def test_tasks_queued_without_a_model_are_predicted_when_a_restart_loads_one(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -94,12 +106,7 @@ def test_tasks_queued_without_a_model_are_predicted_when_a_restart_loads_one(
     policy over the queued tasks, each predicted from its stored features (it had refused to
     start: the default policy could not be installed over unlabelled tasks)."""
     db, now = tmp_path / "state.db", FakeTime()
-    first = make_scheduler(db, now)
-    try:
-        ids, _, pending = first.submit("a", [NewTask("extract", pages=p) for p in (1, 4, 2)])
-        wait(pending)
-    finally:
-        first.stop()
+    ids = queued_without_a_model(db, now, (1, 4, 2))
     with caplog.at_level(logging.WARNING, logger="desched.service"):
         second = make_scheduler(db, now, predictor=FixedPredictor())
     try:
@@ -147,12 +154,7 @@ def test_a_queued_task_no_model_can_label_is_ranked_as_a_typical_one_after_a_res
     that task is ranked as typical (the median prediction of the live tasks; it had kept the
     service from starting at all)."""
     db, now = tmp_path / "state.db", FakeTime()
-    first = make_scheduler(db, now)
-    try:
-        ids, _, pending = first.submit("a", [NewTask("extract", pages=p) for p in (13, 2, 5)])
-        wait(pending)
-    finally:
-        first.stop()
+    ids = queued_without_a_model(db, now, (13, 2, 5))
     second = make_scheduler(db, now, predictor=NonPositivePredictor())
     try:
         assert second.health().policy == RECOMMENDED
