@@ -135,3 +135,16 @@ def test_a_policy_that_gains_on_no_log_is_never_recommended() -> None:
     assert name is None and group == []
     assert reason == "no candidate beats today's mean response on any judged log: keep " \
         "today's scorer"
+
+
+def test_where_no_candidate_keeps_every_promise_anywhere_the_reason_says_so() -> None:
+    """A recommendation that keeps every promise on no workload says that no candidate does
+    and that it keeps the most promises (an outside QA pass: "keeps every promise on 0 of 1
+    workloads" read as a contradiction of the recommendation)."""
+    table = [log_row("guarded-sjf", "a", share=0.5, promises=(True, False, True)),
+             log_row("sjf-predicted", "a", share=0.9, promises=(False, False, True))]
+    name, _, reason, _ = recommend(table, CANDIDATES, TH)
+    assert name == "guarded-sjf"
+    assert reason.startswith("guarded-sjf keeps every promise on none of the 1 workloads, as "
+                             "no candidate does, and the most promises (2 of 3 promises)")
+    assert "0 of 1" not in reason

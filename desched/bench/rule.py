@@ -124,9 +124,12 @@ def recommend(verdicts: Sequence[Verdict], candidates: Sequence[str], th: Thresh
     best = min(tie, key=lambda s: (-(s.mean_share if s.mean_share is not None else -math.inf),
                                    order[s.spec]))
     group = [s.spec for s in tie]
-    reason = (f"{best.spec} keeps every promise on {best.all_kept} of {best.workloads} "
-              f"workloads ({best.promises_kept} of {best.promises} promises), smallest "
-              f"frontier share {_share(best.min_share)}, mean {_share(best.mean_share)}")
+    kept = (f"keeps every promise on {best.all_kept} of {best.workloads} workloads"
+            if best.all_kept else f"keeps every promise on none of the {best.workloads} "
+            "workloads, as no candidate does, and the most promises")
+    reason = (f"{best.spec} {kept} ({best.promises_kept} of {best.promises} promises), "
+              f"smallest frontier share {_share(best.min_share)}, mean "
+              f"{_share(best.mean_share)}")
     if len(group) > 1:
         others = ", ".join(g for g in group if g != best.spec)
         reason += (f"; TIE with {others} (same promises, smallest shares within "
