@@ -271,3 +271,54 @@ def test_a_corrupt_saved_state_is_ignored_whole_and_later_saves_work(
         second.stop()
     saved = Store(str(db)).get_config(POLICY_STATE_KEY)
     assert saved is not None and "NaN" not in saved and json.loads(saved)["saved_at"] > 1.0
+
+
+def test_under_the_default_a_lease_expiring_as_work_arrives_after_an_idle_gap_loses_nothing(
+    tmp_path: Path
+) -> None:
+    """The quiet path under ``boost-now`` with a model: leases held through an idle gap
+    expire at the sweep that follows new submits of the same instant; the expired tasks go
+    back into the ranking beside the new ones (their labels kept), every acknowledged task
+    is completed exactly once, the state saves, and a restart takes it back."""
+    db, now = tmp_path / "state.db", FakeTime()
+    sched = make_scheduler(db, now, predictor=FixedPredictor())
+    try:
+        assert sched.health().policy == RECOMMENDED
+        owner: dict[str, str] = {}
+        for k in range(30):
+            now.t += 0.5
+            ids, _, _ = sched.submit("ab"[k % 2], [NewTask("extract", pages=1 + k % 7)])
+            owner.update(dict.fromkeys(ids, "ab"[k % 2]))
+        sched.flush()
+        held = []
+        for _ in range(10):
+            grant, pending = sched.poll("w", "slot")
+            wait(pending)
+            held.append(grant)
+        done: list[str] = []
+        for grant in held[:6]:
+            wait(sched.complete("w", grant.task.task_id, grant.lease_id, 1.0))
+            done.append(grant.task.task_id)
+        now.t += 600.0  # an idle gap: nothing polls, nothing completes
+        ids, _, pending = sched.submit("a", [NewTask("extract", pages=p) for p in (2, 9)])
+        wait(pending)
+        owner.update(dict.fromkeys(ids, "a"))
+        assert sched.sweep() == 4
+        while (grant := sched.poll("w2", "slot")[0]) is not None:
+            now.t += 0.25
+            wait(sched.complete("w2", grant.task.task_id, grant.lease_id, 1.0))
+            done.append(grant.task.task_id)
+        assert sorted(done) == sorted(owner)
+        assert {g.task.task_id for g in held[6:]} <= set(done[6:])
+        sched.flush()
+        assert all(sched.task_view(t, i).state == "done" for i, t in owner.items())
+        wait(sched.save_policy_state(force=True))
+    finally:
+        sched.stop()
+    again = make_scheduler(db, now, predictor=FixedPredictor())
+    try:
+        assert again.counters.policy_state_restores == 1
+        assert again.health().queued == 0 and again.health().leased == 0
+    finally:
+        again.stop()
+

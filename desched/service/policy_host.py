@@ -92,6 +92,9 @@ class PolicyHost:
         """Why the last recorded policy was refused, until one is installed."""
         self.rejected: str | None = None
         self._saved: tuple[float, Any] = (float("-inf"), None)
+        self._installed: tuple[TaskTable, list[int], float]
+        """What the policy was last installed over (tasks, queue, time): a failed restore
+        installs it again."""
 
     def check(self, name: str, params: dict[str, Any] | None = None) -> None:
         """Refuse (``DeschedError``) a policy that cannot run here; with ``params``, check
@@ -181,11 +184,7 @@ class PolicyHost:
         except (ValueError, KeyError, TypeError, ArithmeticError) as exc:
             # the policy may be half restored: build it afresh over the same queue
             logger.warning("saved policy state not restored: %s", exc)
-            tasks, order, at = self._installed
-            policy = make_policy(self.spec.name, tasks, self.spec.params)
-            for i in order:
-                policy.push(i, at)
-            self.policy = policy
+            self.install(self.spec, *self._installed)
             return False
         self._saved = (now, record["state"])
         return True
